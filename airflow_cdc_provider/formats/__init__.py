@@ -1,0 +1,41 @@
+"""Source-format decoders and their registry (``--format`` names)."""
+
+from __future__ import annotations
+
+import importlib
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+
+# --format name -> "module:Class"; imported on use so one broken optional decoder cannot stop the others.
+_REGISTRY: dict[str, str] = {
+    "debezium-json": "airflow_cdc_provider.formats.debezium:DebeziumJsonDecoder",
+    "cdl-json": "airflow_cdc_provider.formats.cdl:CdlJsonDecoder",
+    "canal-json": "airflow_cdc_provider.formats.canal:CanalJsonDecoder",
+    "shareplex-json": "airflow_cdc_provider.formats.shareplex:ShareplexJsonDecoder",
+    "dts-avro": "airflow_cdc_provider.formats.dts_avro:DtsAvroDecoder",
+    "datahub-tuple": "airflow_cdc_provider.formats.datahub_tuple:DatahubTupleDecoder",
+    "datahub-blob": "airflow_cdc_provider.formats.datahub_blob:DatahubBlobDecoder",
+    "qlik-json": "airflow_cdc_provider.formats.qlik:QlikJsonDecoder",
+}
+
+
+class UnknownFormatError(ValueError):
+    pass
+
+
+def format_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_decoder(name: str) -> Decoder:
+    try:
+        target = _REGISTRY[name]
+    except KeyError:
+        raise UnknownFormatError(
+            f"unknown format {name!r}; known formats: {', '.join(format_names())} (see `cdc-replay formats`)"
+        ) from None
+    module_name, class_name = target.split(":")
+    return getattr(importlib.import_module(module_name), class_name)()
+
+
+__all__ = ["DecodeOptions", "Decoder", "UnknownFormatError", "format_names", "get_decoder"]

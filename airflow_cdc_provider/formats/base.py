@@ -1,0 +1,47 @@
+"""What a decoder is: a named turn from landed files to canonical change events."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_cdc_provider.landing import LandedFile
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """Format options that come from the job's arguments.
+
+    ``key_columns`` is ``--key``: default key columns for tables whose records do not name their
+    key (Debezium values, DataHub TUPLE). ``table_keys`` holds ``--key TABLE=COL,COL`` entries.
+    ``table`` is the table name for files that hold one table and do not say which (Qlik without
+    schema/table fields). ``binary_as_text`` decodes Base64 values of Lindorm HBase tables as UTF-8
+    text instead of binary.
+    """
+
+    key_columns: tuple[str, ...] = ()
+    table_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    table: str | None = None
+    binary_as_text: bool = False
+
+
+class Decoder(ABC):
+    """Turns landed files of one source format into rows of ``CANONICAL_EVENT_SCHEMA``.
+
+    A decoder reads every record of every file exactly once and emits one canonical row per row
+    change, per ignored record (DDL, heartbeat, transaction marker, tombstone) and per record it
+    cannot decode (kind ``quarantined`` with a reason): nothing it reads may vanish. Blank lines
+    are the one exception: they are not records.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    # Options the format needs on the command line ("--key" or ""), for docs and `cdc-replay formats`.
+    needs: ClassVar[str] = ""
+
+    @abstractmethod
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        """Return canonical events for ``files`` (lazy: nothing may be collected to the driver)."""

@@ -1,0 +1,120 @@
+"""The canonical change event: the one schema every decoder produces and the engine consumes.
+
+Every source format is turned into rows of ``CANONICAL_EVENT_SCHEMA``. The engine never looks at
+a vendor field; a decoder never orders, folds or types a snapshot. Row images are
+``map<string, variant>`` so that one DataFrame can hold many tables with different columns, a
+column that is absent from an image stays absent (not null), and values keep their JSON or
+declared type until the snapshot is typed per table.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+)
+
+# op: what a row change does.
+OP_INSERT = "insert"
+OP_READ = "read"  # snapshot read (full load): applied like an insert
+OP_UPDATE = "update"
+OP_DELETE = "delete"
+OP_TRUNCATE = "truncate"
+ROW_OPS = (OP_INSERT, OP_READ, OP_UPDATE, OP_DELETE, OP_TRUNCATE)
+
+# kind: whether the record is a row change at all.
+KIND_CHANGE = "change"
+KIND_IGNORED = "ignored"  # DDL, heartbeat, transaction marker, tombstone: counted, never applied
+KIND_QUARANTINED = "quarantined"  # could not be decoded: written to _quarantine with its reason
+
+# Reasons for ignored records.
+IGNORED_TOMBSTONE = "tombstone"
+IGNORED_DDL = "ddl"
+IGNORED_HEARTBEAT = "heartbeat"
+IGNORED_TRANSACTION = "transaction marker"
+IGNORED_TABLE_FILTER = "table not selected"
+
+# Reasons for quarantined records (the documented list, README "Quarantine").
+Q_NOT_JSON = "not JSON"
+Q_TRUNCATED = "truncated"
+Q_NOT_OBJECT = "not a JSON object"
+Q_UNKNOWN_OP = "unknown op"
+Q_MISSING_OP = "missing op"
+Q_MISSING_KEY = "missing key"
+Q_KEY_UNKNOWN = "key unknown: delete with neither before nor after image"
+Q_MISSING_IMAGE = "missing image"
+Q_IMAGE_NOT_OBJECT = "row image not an object"
+Q_TYPE_MISMATCH = "type mismatch"
+Q_BAD_BASE64 = "bad Base64"
+Q_BAD_AVRO = "bad Avro"
+Q_UNKNOWN_TABLE = "unknown table/schema"
+Q_MISSING_TABLE = "missing table"
+
+IMAGE_TYPE = MapType(StringType(), VariantType(), valueContainsNull=True)
+
+CANONICAL_EVENT_SCHEMA = StructType(
+    [
+        StructField("table", StringType()),  # qualified: db.table, namespace.table, db.schema.table
+        StructField("kind", StringType(), nullable=False),
+        StructField("op", StringType()),
+        StructField("reason", StringType()),  # why ignored / quarantined
+        StructField("event_ms", LongType()),  # source commit/change time, epoch ms
+        StructField("log_pos", ArrayType(LongType())),  # source log position, compared element-wise
+        StructField("sub_pos", IntegerType()),  # row index inside a multi-row message
+        StructField("tx_id", StringType()),
+        StructField("tx_end", BooleanType()),
+        StructField("before", IMAGE_TYPE),
+        StructField("after", IMAGE_TYPE),
+        StructField("partial", BooleanType()),  # after image carries only changed columns
+        StructField("key_cols", ArrayType(StringType())),  # key columns the record names, if any
+        StructField("types", MapType(StringType(), StringType())),  # declared Spark types
+        StructField("file", StringType(), nullable=False),
+        StructField("file_pos", LongType(), nullable=False),  # orders records within a file
+        StructField("line", LongType()),  # 1-based line number, where known
+        StructField("raw", StringType()),  # the record as landed (quarantine, duplicate detection)
+    ]
+)
+CANONICAL_COLUMNS = tuple(f.name for f in CANONICAL_EVENT_SCHEMA.fields)
+
+
+def canonical(**columns: Column) -> list[Column]:
+    """Select list in canonical order; columns not given are typed nulls.
+
+    Decoders call this once with the columns they know, so a new canonical field never breaks
+    a decoder and every decoder's output has exactly the canonical schema.
+    """
+    unknown = set(columns) - set(CANONICAL_COLUMNS)
+    if unknown:
+        raise ValueError(f"not canonical event columns: {sorted(unknown)}")
+    out = []
+    for field in CANONICAL_EVENT_SCHEMA.fields:
+        value = columns.get(field.name)
+        if value is None:
+            value = F.lit(None)
+        out.append(value.cast(field.dataType).alias(field.name))
+    return out
+
+
+def classify(
+    *cases: tuple[Column, str, str],
+    default_kind: Column | str = KIND_CHANGE,
+) -> tuple[Column, Column]:
+    """Build (kind, reason) columns from ``(condition, kind, reason)`` cases, first match wins.
+
+    Keeps each decoder's list of "what makes a record bad" in one readable table.
+    """
+    kind = F.lit(default_kind) if isinstance(default_kind, str) else default_kind
+    reason: Column = F.lit(None).cast("string")
+    for condition, case_kind, case_reason in reversed(cases):
+        kind = F.when(condition, F.lit(case_kind)).otherwise(kind)
+        reason = F.when(condition, F.lit(case_reason)).otherwise(reason)
+    return kind, reason
