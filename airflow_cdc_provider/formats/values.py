@@ -1,0 +1,72 @@
+"""Turning landed values into typed variants, shared by every decoder.
+
+Several formats carry values as text and declare their types beside them (Canal's mysqlType,
+DataHub BLOB's column types, Qlik's table structure, CDL's schema block). The decoder maps its own
+type names to Spark SQL type names; the conversion from text to a typed variant is the same for all
+of them and lives here, so a fix to one conversion reaches every format.
+
+All conversions are ``try_*``: Spark 4 runs in ANSI mode, and a value that does not convert must
+become a quarantined record (the caller compares input and output nulls), never a failed job.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+
+def text_to_variant(text: Column, spark_type: Column) -> Column:
+    """Convert a text value to a variant holding the Spark type named by ``spark_type``.
+
+    ``spark_type`` is a per-row column (the type differs per column and record). Decimals keep
+    their exact digits (parsed as JSON numbers), binary is Base64, dates and timestamps are ISO
+    text (timestamps without an offset are UTC). Unknown type names keep the text as a string.
+    """
+    t = F.lower(spark_type)
+    number = F.try_parse_json(text)
+    is_number = F.substring(F.schema_of_variant(number), 1, 3).isin("BIG", "INT", "DEC", "DOU", "FLO", "SMA", "TIN")
+    return (
+        F.when(text.isNull(), F.lit(None).cast("variant"))
+        .when(t.isin(*_INTEGRAL), _integral(text, t))
+        .when(t == "float", text.try_cast("float").cast("variant"))
+        .when(t == "double", text.try_cast("double").cast("variant"))
+        .when(t.startswith("decimal"), F.when(is_number, number))
+        .when(t == "boolean", _boolean(text).cast("variant"))
+        .when(t == "date", F.try_to_date(text).cast("variant"))
+        .when(t == "timestamp", F.try_to_timestamp(text).cast("variant"))
+        .when(t == "binary", F.try_to_binary(text, F.lit("base64")).cast("variant"))
+        .otherwise(text.cast("variant"))
+    )
+
+
+def _integral(text: Column, t: Column) -> Column:
+    return (
+        F.when(t == "tinyint", text.try_cast("tinyint"))
+        .when(t == "smallint", text.try_cast("smallint"))
+        .when(t == "int", text.try_cast("int"))
+        .otherwise(text.try_cast("bigint"))
+        .cast("variant")
+    )
+
+
+def _boolean(text: Column) -> Column:
+    lowered = F.lower(F.trim(text))
+    return (
+        F.when(lowered.isin("true", "t", "1", "y", "yes"), F.lit(True))
+        .when(lowered.isin("false", "f", "0", "n", "no"), F.lit(False))
+    )
+
+
+def text_image(image: Column, types: Column) -> Column:
+    """Convert a ``map<string,string>`` row image to ``map<string,variant>`` by a ``types`` map."""
+    return F.transform_values(image, lambda k, v: text_to_variant(v, types[k]))
+
+
+def failed_conversions(text_image_col: Column, typed_image_col: Column) -> Column:
+    """True when some non-null text value did not convert (the record goes to quarantine)."""
+    return F.exists(
+        F.map_keys(text_image_col),
+        lambda k: text_image_col[k].isNotNull() & typed_image_col[k].isNull(),
+    )
