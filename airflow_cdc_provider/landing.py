@@ -93,33 +93,28 @@ def _strip_bom_and_cr(text: Column) -> Column:
 
 def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     files = spark.read.text(paths, wholetext=True).select(
-        F.col("_metadata.file_path").alias("file"), F.col("value").alias("content")
+        F.col("_metadata.file_path").alias("file"), F.regexp_replace(F.col("value"), "^\ufeff", "").alias("content")
     )
     lines = F.split(F.col("content"), "\n")
-    first_text = F.filter(lines, lambda l: F.trim(F.regexp_replace(l, "^\ufeff", "")) != "")[0]
+    first_text = F.filter(lines, lambda l: F.trim(l) != "")[0]
     # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
-    document = F.trim(F.regexp_replace(first_text, "^\ufeff", "")).isin("{", "[")
-    as_document = files.where(document).select(
+    document = F.coalesce(F.trim(first_text).isin("{", "["), F.lit(False))
+    records = F.when(document, F.array(F.col("content"))).otherwise(lines)
+    exploded = files.select(
         "file",
-        F.lit(0).cast("long").alias("file_pos"),
-        F.lit(1).cast("long").alias("line"),
-        F.regexp_replace(F.col("content"), "^\ufeff", "").alias("text"),
-        F.lit(False).alias("unterminated"),
-    )
-    exploded = files.where(~document | first_text.isNull()).select(
-        "file",
-        F.size(lines).alias("n"),
+        document.alias("document"),
+        F.size(records).alias("n"),
         F.col("content").endswith("\n").alias("terminated"),
-        F.posexplode(lines).alias("idx", "text"),
+        F.posexplode(records).alias("idx", "text"),
     )
-    as_lines = exploded.where(~((F.col("idx") == F.col("n") - 1) & (F.col("text") == ""))).select(
+    last = F.col("idx") == F.col("n") - 1
+    return exploded.where(~(last & (F.col("text") == "") & ~F.col("document"))).select(
         "file",
         F.col("idx").cast("long").alias("file_pos"),
         (F.col("idx") + 1).cast("long").alias("line"),
-        _strip_bom_and_cr(F.col("text")).alias("text"),
-        ((F.col("idx") == F.col("n") - 1) & ~F.col("terminated")).alias("unterminated"),
+        F.when(F.col("document"), F.col("text")).otherwise(_strip_bom_and_cr(F.col("text"))).alias("text"),
+        (last & ~F.col("terminated") & ~F.col("document")).alias("unterminated"),
     )
-    return as_lines.unionByName(as_document)
 
 
 def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:

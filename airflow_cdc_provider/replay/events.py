@@ -9,7 +9,7 @@ declared type until the snapshot is typed per table.
 
 from __future__ import annotations
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -118,3 +118,22 @@ def classify(
         kind = F.when(condition, F.lit(case_kind)).otherwise(kind)
         reason = F.when(condition, F.lit(case_reason)).otherwise(reason)
     return kind, reason
+
+
+def empty_image() -> Column:
+    """An image that carries no column (not the same as a null image)."""
+    return F.map_from_arrays(F.array(), F.array()).cast(IMAGE_TYPE)
+
+
+def plan_barrier(df: DataFrame) -> DataFrame:
+    """Stop Spark from inlining the expressions computed so far into every later reference.
+
+    Catalyst collapses adjacent projections and copies an expression into each place that uses
+    it; over a decoder's nested CASE/lambda expressions that multiplies plan size and planning
+    time. A one-element ``explode`` is a Generate node, which projections are not collapsed
+    across, and costs one struct per row at run time.
+    """
+    columns = df.columns
+    return df.select(F.explode(F.array(F.struct(*columns))).alias("_row")).select(
+        *[F.col("_row")[c].alias(c) for c in columns]
+    )

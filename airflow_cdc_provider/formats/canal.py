@@ -1,0 +1,321 @@
+"""Canal JSON (flat messages) as Alibaba DTS and open-source Canal write them.
+
+One message carries several rows of one table: ``data[i]`` is row i after the change and
+``old[i]`` holds the previous values of only the columns that changed. Every value arrives as a
+JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
+values are typed here. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
+leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
+an ``ALTER TABLE ... ADD COLUMN`` also reports the added columns' types on its ignored event.
+
+The plan is built in stages (parse, declare types, type the rows once, classify, explode) so that
+the large per-value conversion appears once in the plan instead of once per use.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+)
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
+from airflow_cdc_provider.landing import LandedFile
+from airflow_cdc_provider.replay import events as ev
+
+RECORD_SCHEMA = StructType(
+    [
+        # Row arrays stay variants so a row that is not an object is diagnosed, not a parse failure.
+        StructField("data", VariantType()),
+        StructField("old", VariantType()),
+        StructField("database", StringType()),
+        StructField("table", StringType()),
+        StructField("type", StringType()),
+        StructField("isDdl", StringType()),
+        StructField("es", StringType()),
+        StructField("ts", StringType()),
+        StructField("id", StringType()),
+        StructField("pkNames", ArrayType(StringType())),
+        StructField("mysqlType", MapType(StringType(), StringType())),
+        StructField("sqlType", MapType(StringType(), StringType())),
+        StructField("sql", StringType()),
+    ]
+)
+
+_ROW_OPS = {"INSERT": ev.OP_INSERT, "UPDATE": ev.OP_UPDATE, "DELETE": ev.OP_DELETE, "INIT": ev.OP_READ}
+_TRUNCATE = "TRUNCATE"
+_DDL_TYPES = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX", "DDL")
+_HEARTBEAT_TYPES = ("MHEARTBEAT", "HEARTBEAT")
+_TRANSACTION_TYPES = ("GTID", "XACOMMIT", "XAROLLBACK", "BEGIN", "COMMIT", "ROLLBACK")
+
+# MySQL type names (lower case, without length) -> Spark type; the integer ones widen when unsigned.
+_MYSQL_SIGNED = {"tinyint": "tinyint", "smallint": "smallint", "mediumint": "int", "int": "int", "integer": "int", "bigint": "bigint"}
+_MYSQL_UNSIGNED = {"tinyint": "smallint", "smallint": "int", "mediumint": "int", "int": "bigint", "integer": "bigint", "bigint": "decimal(20,0)"}
+_MYSQL_PLAIN = {
+    **{t: "double" for t in ("double", "double precision", "real")},
+    **{t: "boolean" for t in ("bool", "boolean")},
+    **{t: "string" for t in ("char", "varchar", "character", "character varying", "nchar", "nvarchar", "tinytext",
+                             "text", "mediumtext", "longtext", "enum", "set", "json", "time")},
+    **{t: "binary" for t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")},
+    "date": "date",
+    "datetime": "timestamp",
+    "timestamp": "timestamp",
+    "year": "int",
+}
+_DECIMAL_NAMES = ("decimal", "numeric", "dec", "fixed")
+# java.sql.Types codes (sqlType) -> Spark type, for columns whose mysqlType is missing or unknown.
+_JDBC = {
+    "-7": "boolean", "16": "boolean", "-6": "tinyint", "5": "smallint", "4": "int", "-5": "bigint", "7": "float",
+    "6": "double", "8": "double", "2": "decimal(38,10)", "3": "decimal(38,10)", "91": "date", "93": "timestamp",
+    "2014": "timestamp", **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
+}
+# ALTER TABLE ... ADD [COLUMN] name type: names that start a constraint or an index are not columns.
+_ADD_COLUMN = (
+    r"(?i)\bADD\s+(?:COLUMN\s+)?(?!(?:INDEX|KEY|PRIMARY|UNIQUE|CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|PARTITION|CHECK)\b)"
+    r"`?([A-Za-z0-9_$]+)`?\s+([A-Za-z]+(?:\s+precision)?(?:\s*\([^)]*\))?(?:\s+unsigned)?)"
+)
+_EMPTY_TEXT_MAP = "map<string,string>"
+
+
+def _lookup(table: dict[str, str], key: Column) -> Column:
+    """``table[key]`` as one map literal (null for unknown keys), not a chain of ``when``."""
+    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
+    return F.try_element_at(literal, key)
+
+
+def mysql_spark_type(mysql_type: Column) -> Column:
+    """A MySQL column type as Canal writes it (``bigint(20) unsigned``, ``NUMERIC(8,3)``) -> Spark type.
+
+    Null for names it does not know, so the caller can fall back to ``sqlType``.
+    """
+    low = F.lower(F.trim(mysql_type))
+    base = F.regexp_extract(low, r"^([a-z]+(?: precision| varying)?)", 1)
+    first = F.regexp_extract(low, r"\(\s*(\d+)", 1).try_cast("int")
+    second = F.regexp_extract(low, r"\(\s*\d+\s*,\s*(\d+)", 1).try_cast("int")
+    precision = F.least(F.coalesce(first, F.lit(10)), F.lit(38))
+    scale = F.least(F.coalesce(second, F.lit(0)), precision)
+    integral = F.when(low.contains("unsigned"), _lookup(_MYSQL_UNSIGNED, base)).otherwise(_lookup(_MYSQL_SIGNED, base))
+    return (
+        F.when(base.isin(*_DECIMAL_NAMES), F.format_string("decimal(%d,%d)", precision, scale))
+        # FLOAT(p) with p > 24 is a double in MySQL; FLOAT(M,D) stays single precision.
+        .when((base == "float") & (first > 24) & second.isNull(), F.lit("double"))
+        .when(base == "float", F.lit("float"))
+        .when((base == "bit") & (F.coalesce(first, F.lit(1)) == 1), F.lit("boolean"))
+        .when(base == "bit", F.lit("bigint"))
+        .otherwise(F.coalesce(integral, _lookup(_MYSQL_PLAIN, base)))
+    )
+
+
+def jdbc_spark_type(code: Column) -> Column:
+    """A java.sql.Types code (Canal's ``sqlType``) -> Spark type; other codes are text."""
+    return F.when(code.isNotNull(), F.coalesce(_lookup(_JDBC, F.trim(code)), F.lit("string")))
+
+
+def declared_types(mysql_types: Column, sql_types: Column) -> Column:
+    """``map<column, spark type>`` for every column the message declares (null when none)."""
+    empty = F.create_map().cast(_EMPTY_TEXT_MAP)
+    from_mysql = F.transform_values(
+        F.coalesce(mysql_types, empty),
+        lambda k, t: F.coalesce(mysql_spark_type(t), jdbc_spark_type(F.try_element_at(sql_types, k)), F.lit("string")),
+    )
+    only_jdbc = F.transform_values(
+        F.map_filter(F.coalesce(sql_types, empty), lambda k, c: ~F.map_contains_key(from_mysql, k)),
+        lambda k, c: jdbc_spark_type(c),
+    )
+    return F.when(mysql_types.isNotNull() | sql_types.isNotNull(), F.map_concat(from_mysql, only_jdbc))
+
+
+def added_columns(sql: Column) -> Column:
+    """``map<column, MySQL type>`` of the columns an ``ALTER TABLE ... ADD`` statement adds (null when none)."""
+    names = F.regexp_extract_all(sql, F.lit(_ADD_COLUMN), 1)
+    mysql_types = F.regexp_extract_all(sql, F.lit(_ADD_COLUMN), 2)
+    return F.when(F.size(names) > 0, F.map_from_arrays(names, mysql_types))
+
+
+def _latin1_bytes(text: Column) -> Column:
+    """Canal writes binary columns as ISO-8859-1 text (one char per byte); other text is taken as UTF-8."""
+    latin1 = text.rlike(r"\A[\x{00}-\x{FF}]*\z")
+    return F.when(latin1, F.encode(text, "ISO-8859-1")).otherwise(F.try_to_binary(text, F.lit("utf-8")))
+
+
+def typed_image(image: Column, types: Column) -> Column:
+    """``map<string,string>`` row -> ``map<string,variant>`` of typed values."""
+
+    def value(k: Column, v: Column) -> Column:
+        t = F.try_element_at(types, k)
+        return F.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
+
+    return F.transform_values(image, value)
+
+
+def _overlay(base: Column, top: Column) -> Column:
+    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates)."""
+    return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
+
+
+def _absent(v: Column) -> Column:
+    return v.isNull() | F.is_variant_null(v)
+
+
+def _row_texts(v: Column, null_rows_as_empty: bool) -> Column:
+    """A JSON array of row objects -> ``array<map<string,string>>``.
+
+    Null when ``v`` is not an array; a null entry for an element that is not an object (a JSON
+    null entry becomes an empty row when ``null_rows_as_empty``: ``old`` has no values for that row).
+    """
+
+    def row(e: Column) -> Column:
+        as_map = F.try_variant_get(e, "$", _EMPTY_TEXT_MAP)
+        if null_rows_as_empty:
+            return F.when(F.is_variant_null(e), F.create_map().cast(_EMPTY_TEXT_MAP)).otherwise(as_map)
+        return as_map
+
+    return F.transform(F.try_variant_get(v, "$", "array<variant>"), row)
+
+
+def _not_rows(source: Column, texts: Column) -> Column:
+    """``source`` is present but is not an array of row objects."""
+    return ~_absent(source) & (texts.isNull() | F.exists(texts, lambda m: m.isNull()))
+
+
+class CanalJsonDecoder(Decoder):
+    name = "canal-json"
+    description = (
+        "Canal JSON (open-source Canal and Alibaba DTS): several rows per message in data/old, key from pkNames, "
+        "types from mysqlType/sqlType, also the pre-2022-03-20 DTS layout"
+    )
+    needs = ""
+
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA)
+        records = self._records(parsed)
+        typed = self._typed(records)
+        classified = self._classified(typed)
+        return self._events(classified)
+
+    @staticmethod
+    def _records(parsed: DataFrame) -> DataFrame:
+        """Per message: op, where its rows are, its declared type names, its position."""
+        j = F.col("j")
+        kind_type = F.upper(F.trim(j["type"]))
+        is_ddl = F.coalesce(F.lower(F.trim(j["isDdl"])) == "true", F.lit(False))
+        op = F.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
+        # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
+        old_layout = (op == ev.OP_DELETE) & _absent(j["data"]) & ~_absent(j["old"])
+        is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)
+        return parsed.select(
+            "file",
+            "file_pos",
+            "line",
+            "text",
+            "tombstone",
+            "bad",
+            kind_type.alias("kind_type"),
+            is_ddl_event.alias("is_ddl"),
+            op.alias("op"),
+            F.when(j["table"].isNotNull(), F.concat_ws(".", j["database"], j["table"])).alias("table"),
+            F.when(F.size(j["pkNames"]) > 0, j["pkNames"]).alias("key_cols"),
+            j["es"].alias("es_text"),
+            j["es"].try_cast("bigint").alias("es"),
+            j["id"].try_cast("bigint").alias("message_id"),
+            F.when(old_layout, j["old"]).otherwise(j["data"]).alias("rows_source"),
+            F.when((op == ev.OP_UPDATE) & ~old_layout, j["old"]).alias("old_source"),
+            # A DDL's own "declared types" are the columns it adds.
+            F.when(is_ddl_event, added_columns(j["sql"])).otherwise(j["mysqlType"]).alias("mysql_types"),
+            F.when(~is_ddl_event, j["sqlType"]).alias("sql_types"),
+        )
+
+    @staticmethod
+    def _typed(records: DataFrame) -> DataFrame:
+        """Row texts and their typed images, each conversion written once in the plan."""
+        staged = records.select(
+            "*",
+            declared_types(F.col("mysql_types"), F.col("sql_types")).alias("types"),
+            _row_texts(F.col("rows_source"), False).alias("row_texts"),
+            _row_texts(F.col("old_source"), True).alias("old_texts"),
+        )
+        types = F.col("types")
+        staged = staged.select(
+            "*",
+            F.transform("row_texts", lambda m: typed_image(m, types)).alias("row_typed"),
+            F.transform("old_texts", lambda m: typed_image(m, types)).alias("old_typed"),
+        )
+        failed = lambda texts, typed: F.exists(  # noqa: E731
+            F.zip_with(texts, typed, lambda a, b: F.coalesce(failed_conversions(a, b), F.lit(False))), lambda x: x
+        )
+        return staged.select(
+            "*",
+            (F.coalesce(failed("row_texts", "row_typed"), F.lit(False))
+             | F.coalesce(failed("old_texts", "old_typed"), F.lit(False))).alias("conversion_failed"),
+        )
+
+    @staticmethod
+    def _classified(typed: DataFrame) -> DataFrame:
+        kind_type, op, table = F.col("kind_type"), F.col("op"), F.col("table")
+        truncate = kind_type == _TRUNCATE
+        kind, reason = ev.classify(
+            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
+            (truncate & table.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
+            (truncate, ev.KIND_CHANGE, ""),
+            (F.col("is_ddl"), ev.KIND_IGNORED, ev.IGNORED_DDL),
+            (kind_type.isin(*_HEARTBEAT_TYPES), ev.KIND_IGNORED, ev.IGNORED_HEARTBEAT),
+            (kind_type.isin(*_TRANSACTION_TYPES), ev.KIND_IGNORED, ev.IGNORED_TRANSACTION),
+            (kind_type.isNull() | (kind_type == ""), ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
+            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
+            (table.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
+            (F.col("es_text").isNotNull() & F.col("es").isNull(), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
+            (_not_rows(F.col("rows_source"), F.col("row_texts")) | _not_rows(F.col("old_source"), F.col("old_texts")),
+             ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
+            ((op == ev.OP_DELETE) & (F.coalesce(F.size("row_texts"), F.lit(0)) < 1), ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+            (F.coalesce(F.size("row_texts"), F.lit(0)) < 1, ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
+            (F.col("conversion_failed"), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
+        )
+        reason = F.when(reason == "<bad>", F.col("bad")).when(reason == "", F.lit(None)).otherwise(reason)
+        op = F.when(kind == ev.KIND_CHANGE, F.when(truncate, F.lit(ev.OP_TRUNCATE)).otherwise(op))
+        return typed.select("*", kind.alias("kind"), reason.alias("reason"), op.alias("event_op")).drop("op")
+
+    @staticmethod
+    def _events(classified: DataFrame) -> DataFrame:
+        """One event per row of a decoded row change (``sub_pos`` = row index), one for anything else."""
+        op = F.col("event_op")
+        old_typed = F.col("old_typed")
+        empty = F.create_map().cast(ev.IMAGE_TYPE)
+
+        def images(row: Column, i: Column) -> Column:
+            old = F.coalesce(F.try_element_at(old_typed, i + 1), empty)
+            before = F.when(op == ev.OP_DELETE, row).when(op == ev.OP_UPDATE, _overlay(row, old))
+            return F.struct(before.alias("before"), F.when(op != ev.OP_DELETE, row).alias("after"))
+
+        row_change = (F.col("kind") == ev.KIND_CHANGE) & (op != ev.OP_TRUNCATE)
+        no_row = F.array(F.struct(F.lit(None).cast(ev.IMAGE_TYPE).alias("before"), F.lit(None).cast(ev.IMAGE_TYPE).alias("after")))
+        per_row = F.when(row_change, F.transform("row_typed", images)).otherwise(no_row)
+        exploded = classified.select("*", F.posexplode(per_row).alias("sub_pos", "image"))
+        ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
+        return exploded.select(
+            *ev.canonical(
+                table=F.col("table"),
+                kind=F.col("kind"),
+                op=op,
+                reason=F.col("reason"),
+                event_ms=F.col("es"),
+                log_pos=F.when(F.col("es").isNotNull(), F.array_compact(F.array(F.col("es"), F.col("message_id")))),
+                sub_pos=F.col("sub_pos"),
+                before=F.col("image.before"),
+                after=F.col("image.after"),
+                partial=F.lit(False),
+                key_cols=F.col("key_cols"),
+                types=F.when(ddl | (F.col("kind") == ev.KIND_CHANGE), F.col("types")),
+                file=F.col("file"),
+                file_pos=F.col("file_pos"),
+                line=F.col("line"),
+                raw=F.col("text"),
+            )
+        )

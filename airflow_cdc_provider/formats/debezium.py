@@ -1,0 +1,226 @@
+"""Debezium JSON: open-source Debezium, Lindorm (SQL and HBase tables) and Huawei CDL 2.0.
+
+One decoder covers every flavour because they share the envelope (``op``, ``before``, ``after``,
+``source``, ``ts_ms``), with or without the Kafka Connect ``schema`` block, wrapped in ``payload``
+or bare. What differs is where the table name, the log position and the key come from, and each
+is a ``coalesce`` over the places a flavour puts it.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.kafka_connect import (
+    ENVELOPE_SCHEMA,
+    column_types,
+    convert_image,
+    image_conversion_failed,
+)
+from airflow_cdc_provider.landing import LandedFile
+from airflow_cdc_provider.replay import events as ev
+
+_SOURCE = StructType(
+    [
+        StructField(name, dtype)
+        for name, dtype in [
+            ("version", StringType()),
+            ("connector", StringType()),
+            ("ts_ms", LongType()),
+            ("snapshot", StringType()),
+            ("db", StringType()),
+            ("schema", StringType()),
+            ("table", StringType()),
+            ("namespace", StringType()),
+            ("file", StringType()),
+            ("pos", LongType()),
+            ("row", IntegerType()),
+            ("lsn", LongType()),
+            ("scn", StringType()),
+            ("commit_scn", StringType()),
+            ("change_lsn", StringType()),
+            ("event_serial_no", LongType()),
+            ("txId", StringType()),
+        ]
+    ]
+)
+_ENVELOPE_FIELDS = [
+    StructField("op", StringType()),
+    StructField("ts_ms", LongType()),
+    StructField("before", ev.IMAGE_TYPE),
+    StructField("after", ev.IMAGE_TYPE),
+    StructField("source", _SOURCE),
+    StructField("transaction", StructType([StructField("id", StringType())])),
+    StructField("unique", ev.IMAGE_TYPE),
+    StructField("message_version", StringType()),
+    StructField("HEARTBEAT_IDENTIFIER", StringType()),
+    # Transaction metadata and schema-change topics share landings with row changes.
+    StructField("status", StringType()),
+    StructField("ddl", StringType()),
+]
+RECORD_SCHEMA = StructType(
+    _ENVELOPE_FIELDS
+    + [
+        StructField("schema", ENVELOPE_SCHEMA),
+        StructField("payload", StructType(_ENVELOPE_FIELDS)),
+    ]
+)
+
+_OPS = {"c": ev.OP_INSERT, "r": ev.OP_READ, "u": ev.OP_UPDATE, "d": ev.OP_DELETE, "t": ev.OP_TRUNCATE}
+_SNAPSHOT_TRUE = ("true", "last", "first", "first_in_data_collection", "last_in_data_collection", "incremental")
+
+
+def _envelope() -> Column:
+    names = [f.name for f in _ENVELOPE_FIELDS]
+    return F.when(F.col("j.payload").isNotNull(), F.col("j.payload")).otherwise(
+        F.struct(*[F.col(f"j.{n}").alias(n) for n in names])
+    )
+
+
+def _qualified_table(src: Column) -> Column:
+    # Lindorm names namespace.table; MySQL db.table; PostgreSQL, Oracle, SQL Server db.schema.table.
+    return F.when(src["namespace"].isNotNull(), F.concat_ws(".", src["namespace"], src["table"])).otherwise(
+        F.when(src["table"].isNotNull(), F.concat_ws(".", src["db"], src["schema"], src["table"]))
+    )
+
+
+def _log_position(src: Column) -> Column:
+    binlog_number = F.regexp_extract(src["file"], r"(\d+)$", 1).try_cast("bigint")
+    sqlserver = F.transform(F.split(src["change_lsn"], ":"), lambda p: F.conv(p, 16, 10).try_cast("bigint"))
+    return (
+        F.when(src["lsn"].isNotNull(), F.array(src["lsn"]))
+        .when(src["scn"].isNotNull(), F.array(src["scn"].try_cast("bigint"), src["commit_scn"].try_cast("bigint")))
+        .when(src["change_lsn"].isNotNull(), F.concat(sqlserver, F.array(src["event_serial_no"])))
+        .when(src["file"].isNotNull(), F.array(binlog_number, src["pos"], src["row"].cast("bigint")))
+    )
+
+
+def _op(e: Column) -> Column:
+    raw = e["op"]
+    mapped = F.lit(None).cast("string")
+    for code, op in _OPS.items():
+        mapped = F.when(raw == code, F.lit(op)).otherwise(mapped)
+    snapshot = F.lower(e["source"]["snapshot"]).isin(*_SNAPSHOT_TRUE)
+    return F.when((mapped == ev.OP_INSERT) & snapshot, F.lit(ev.OP_READ)).otherwise(mapped)
+
+
+def _is_hbase(e: Column) -> Column:
+    image = F.coalesce(e["after"], e["before"])
+    return F.map_contains_key(image, "ROW") & e["source"]["namespace"].isNotNull()
+
+
+def _image_kind_error(text: Column) -> Column:
+    """For a record that failed to parse: does it fail because an image is not an object?"""
+    v = F.try_parse_json(text)
+
+    def not_object(path: str) -> Column:
+        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        return ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
+
+    return (
+        not_object("$.payload.after") | not_object("$.payload.before") | not_object("$.after") | not_object("$.before")
+    )
+
+
+class DebeziumJsonDecoder(Decoder):
+    name = "debezium-json"
+    description = (
+        "Debezium JSON envelope with or without the schema block: open-source Debezium (MySQL, PostgreSQL, "
+        "Oracle, SQL Server), Lindorm SQL and HBase tables, Huawei CDL message_version 2.0"
+    )
+    needs = "--key (except Lindorm HBase tables, keyed by ROW, and CDL records carrying `unique`)"
+
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA)
+        e = _envelope()
+        staged = ev.plan_barrier(parsed.select("*", e.alias("e")))
+        e = F.col("e")
+        src = e["source"]
+
+        declared_columns = F.coalesce(
+            F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after")[0]["fields"],
+            F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before")[0]["fields"],
+        )
+        declared = column_types(declared_columns)
+        hbase = _is_hbase(e) & declared.isNull()
+        hbase_type = F.lit("string" if options.binary_as_text else "binary")
+        hbase_declared = F.transform_values(
+            F.coalesce(e["after"], e["before"]),
+            lambda k, v: F.struct(hbase_type.alias("type"), F.lit("base64").alias("codec")),
+        )
+        declared = F.when(hbase, hbase_declared).otherwise(declared)
+        staged = ev.plan_barrier(staged.select("*", declared.alias("declared")))
+        declared = F.col("declared")
+
+        after = convert_image(e["after"], declared)
+        before = convert_image(e["before"], declared)
+        if options.binary_as_text:
+            as_text = lambda img: F.transform_values(img, lambda k, v: F.try_variant_get(v, "$", "binary").cast("string").cast("variant"))  # noqa: E731
+            after = F.when(hbase, as_text(after)).otherwise(after)
+            before = F.when(hbase, as_text(before)).otherwise(before)
+        staged = ev.plan_barrier(staged.select("*", after.alias("after_typed"), before.alias("before_typed")))
+        after, before = F.col("after_typed"), F.col("before_typed")
+
+        op = _op(e)
+        has_row_change = e["op"].isNotNull()
+        bad_value = image_conversion_failed(e["after"], after, declared) | image_conversion_failed(e["before"], before, declared)
+        base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
+
+        kind, reason = ev.classify(
+            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull() & (F.col("bad") == ev.Q_TYPE_MISMATCH) & _image_kind_error(F.col("j._corrupt_record")),
+             ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
+            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
+            (e["status"].isin("BEGIN", "END") & ~has_row_change, ev.KIND_IGNORED, ev.IGNORED_TRANSACTION),
+            (e["ddl"].isNotNull() & ~has_row_change, ev.KIND_IGNORED, ev.IGNORED_DDL),
+            (e["op"] == "m", ev.KIND_IGNORED, "logical decoding message"),
+            (~has_row_change & (e["HEARTBEAT_IDENTIFIER"].isNotNull() | (e["ts_ms"].isNotNull() & e["source"].isNull()
+                                 & e["after"].isNull() & e["before"].isNull())), ev.KIND_IGNORED, ev.IGNORED_HEARTBEAT),
+            (~has_row_change, ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
+            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
+            (_qualified_table(src).isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
+            (bad_value & base64_codec, ev.KIND_QUARANTINED, ev.Q_BAD_BASE64),
+            (bad_value, ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
+            (op.isin(ev.OP_INSERT, ev.OP_READ, ev.OP_UPDATE) & e["after"].isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
+            ((op == ev.OP_DELETE) & e["before"].isNull() & e["after"].isNull() & e["unique"].isNull(),
+             ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+        )
+        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        unique_keys = F.when(e["unique"].isNotNull(), F.map_keys(e["unique"]))
+        key_cols = F.when(hbase, F.array(F.lit("ROW"))).otherwise(unique_keys)
+        # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.
+        before_or_key = F.when(
+            (op == ev.OP_DELETE) & before.isNull() & e["unique"].isNotNull(), e["unique"]
+        ).otherwise(before)
+        types = F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"]))
+
+        return staged.select(
+            *ev.canonical(
+                table=_qualified_table(src),
+                kind=kind,
+                op=op,
+                reason=reason,
+                event_ms=F.coalesce(src["ts_ms"], e["ts_ms"]),
+                log_pos=_log_position(src),
+                sub_pos=F.lit(0),
+                tx_id=F.coalesce(e["transaction"]["id"], src["txId"]),
+                before=before_or_key,
+                after=F.when(op != ev.OP_DELETE, after),
+                partial=F.lit(False),
+                key_cols=key_cols,
+                types=types,
+                file=F.col("file"),
+                file_pos=F.col("file_pos"),
+                line=F.col("line"),
+                raw=F.col("text"),
+            )
+        )

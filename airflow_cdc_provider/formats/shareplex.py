@@ -1,0 +1,228 @@
+"""Shareplex JSON as Alibaba DTS writes it: ``meta`` (op, time, scn, trans, seq, rowid, table), ``data``, ``key``.
+
+An update carries only the changed columns in ``data`` and the row's old identifying values in
+``key``: the after image is ``key`` overlaid with ``data`` (columns absent from both keep their
+value: partial image) and the before image is ``key``, so a key change moves the row. The Oracle
+row address ``meta.rowid`` is put into the images as column ``rowid`` so that ``--key rowid``
+works for tables without a key. ``UPDATE BEFORE`` / ``UPDATE AFTER`` pairs are joined inside their
+transaction: the AFTER event gets the BEFORE record's values as its before image and the BEFORE
+record itself is counted as ignored. ``DROP COLUMN`` is a DDL event whose ``before`` image names
+the dropped columns. Shareplex declares no types: values keep their JSON types.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType, VariantType
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.landing import LandedFile
+from airflow_cdc_provider.replay import events as ev
+
+_META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
+RECORD_SCHEMA = StructType(
+    [
+        StructField("meta", StructType([StructField(name, StringType()) for name in _META_FIELDS])),
+        # Images stay variants so an image that is not an object is diagnosed, not a parse failure.
+        StructField("data", VariantType()),
+        StructField("key", VariantType()),
+    ]
+)
+
+# Ignored-record reason for an UPDATE BEFORE record: its values travel in the paired UPDATE AFTER event.
+IGNORED_UPDATE_BEFORE = "update before image"
+ROWID_COLUMN = "rowid"
+
+_BEFORE = "update before"
+_AFTER = "update after"
+_DROP_COLUMN = "drop column"
+# meta.op as written (upper-cased, runs of blanks/underscores as one blank) -> what it does.
+_OPS = {
+    "INS": ev.OP_INSERT,
+    "INSERT": ev.OP_INSERT,
+    "UPD": ev.OP_UPDATE,
+    "UPDATE": ev.OP_UPDATE,
+    "DEL": ev.OP_DELETE,
+    "DELETE": ev.OP_DELETE,
+    "TRUNCATE": ev.OP_TRUNCATE,
+    "TRUNC": ev.OP_TRUNCATE,
+    "DROP COLUMN": _DROP_COLUMN,
+    "DROPCOLUMN": _DROP_COLUMN,
+    "UPDATE BEFORE": _BEFORE,
+    "UPD BEFORE": _BEFORE,
+    "UPDATEBEFORE": _BEFORE,
+    "UPDATE AFTER": _AFTER,
+    "UPD AFTER": _AFTER,
+    "UPDATEAFTER": _AFTER,
+}
+_IMAGE = "map<string,variant>"
+
+
+def _lookup(table: dict[str, str], key: Column) -> Column:
+    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
+    return F.try_element_at(literal, key)
+
+
+def _op(raw: Column) -> Column:
+    normalised = F.regexp_replace(F.upper(F.trim(raw)), r"[\s_]+", " ")
+    return _lookup(_OPS, normalised)
+
+
+def event_millis(time: Column) -> Column:
+    """``meta.time`` -> epoch ms. ISO text without an offset is UTC; digits are epoch seconds (ms if 13+)."""
+    t = F.trim(time)
+    digits = t.rlike(r"^\d+$")
+    has_zone = t.rlike(r"(?i)(Z|[+-]\d{2}:?\d{2})$")
+    instant = F.when(has_zone, t.try_cast("timestamp")).otherwise(F.concat(t, F.lit("Z")).try_cast("timestamp"))
+    number = t.try_cast("bigint")
+    return (
+        F.when(digits & (F.length(t) >= 13), number)
+        .when(digits, F.try_multiply(number, F.lit(1000)))
+        .otherwise(F.unix_millis(instant))
+    )
+
+
+def transaction_number(trans: Column) -> Column:
+    """``meta.trans`` as a number: digits as they are, Oracle ``usn.slot.sqn`` packed into 16+16+32 bits."""
+    parts = F.regexp_extract_all(trans, F.lit(r"(\d+)"), 1)
+    usn, slot, sqn = (F.try_element_at(parts, F.lit(i)).try_cast("bigint") for i in (1, 2, 3))
+    fits = (usn < 1 << 15) & (slot < 1 << 16) & (sqn < 1 << 32)
+    packed = F.shiftleft(usn, 48) + F.shiftleft(slot, 32) + sqn
+    return (
+        F.when(trans.rlike(r"^\s*\d+\s*$"), F.trim(trans).try_cast("bigint"))
+        .when(trans.rlike(r"^\s*\d+\.\d+\.\d+\s*$") & fits, packed)
+    )
+
+
+def _overlay(base: Column, top: Column) -> Column:
+    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates)."""
+    return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
+
+
+def _absent(v: Column) -> Column:
+    return v.isNull() | F.is_variant_null(v)
+
+
+def _empty() -> Column:
+    return F.create_map().cast(_IMAGE)
+
+
+class ShareplexJsonDecoder(Decoder):
+    name = "shareplex-json"
+    description = (
+        "Shareplex JSON as Alibaba DTS writes it (meta/data/key): partial update images, position scn/trans/seq, "
+        "meta.rowid usable as key column rowid"
+    )
+    needs = "--key (or --key rowid)"
+
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA)
+        records = self._records(parsed, options)
+        paired = self._paired(records)
+        return self._events(paired)
+
+    @staticmethod
+    def _records(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
+        meta = F.col("j.meta")
+        data, key = F.col("j.data"), F.col("j.key")
+        idx = F.split(meta["idx"], "/")
+        seq = F.coalesce(meta["seq"].try_cast("bigint"), F.try_element_at(idx, F.lit(1)).try_cast("bigint"))
+        size = F.coalesce(meta["size"].try_cast("bigint"), F.try_element_at(idx, F.lit(2)).try_cast("bigint"))
+        fallback_table = F.lit(options.table).cast("string")
+        rowid = meta["rowid"]
+        return parsed.select(
+            "file",
+            "file_pos",
+            "line",
+            "text",
+            "tombstone",
+            "bad",
+            meta["op"].alias("op_text"),
+            _op(meta["op"]).alias("op"),
+            F.coalesce(meta["table"], fallback_table).alias("table"),
+            meta["time"].alias("time_text"),
+            event_millis(meta["time"]).alias("event_ms"),
+            meta["scn"].try_cast("bigint").alias("scn"),
+            transaction_number(meta["trans"]).alias("trans_number"),
+            meta["trans"].alias("trans"),
+            seq.alias("seq"),
+            (seq == size).alias("tx_end"),
+            rowid.alias("rowid"),
+            F.when(rowid.isNotNull(), F.create_map(F.lit(ROWID_COLUMN), rowid.cast("variant"))).otherwise(_empty()).alias("rowid_image"),
+            (~_absent(data)).alias("has_data"),
+            (~_absent(key)).alias("has_key"),
+            F.try_variant_get(data, "$", _IMAGE).alias("data"),
+            F.try_variant_get(key, "$", _IMAGE).alias("key"),
+        )
+
+    @staticmethod
+    def _paired(records: DataFrame) -> DataFrame:
+        """Give each UPDATE AFTER the values of the UPDATE BEFORE just before it in its transaction."""
+        pair_op = F.col("op").isin(_BEFORE, _AFTER)
+        # Other records get a group of their own: they take part in the window but never pair.
+        group = F.when(pair_op, F.coalesce(F.col("trans"), F.concat(F.lit("file "), F.col("file")))).otherwise(
+            F.concat(F.col("file"), F.lit(" "), F.col("file_pos").cast("string"))
+        )
+        w = Window.partitionBy(F.col("table"), group).orderBy(F.col("seq"), F.col("file"), F.col("file_pos"))
+        previous = F.lag(F.struct("op", "data", "key"), 1).over(w)
+        paired_before = F.when(
+            (F.col("op") == _AFTER) & (previous["op"] == _BEFORE),
+            _overlay(F.coalesce(previous["key"], _empty()), F.coalesce(previous["data"], _empty())),
+        )
+        return records.select("*", paired_before.alias("paired_before"))
+
+    @staticmethod
+    def _events(paired: DataFrame) -> DataFrame:
+        op, data, key = F.col("op"), F.col("data"), F.col("key")
+        has_data, has_key = F.col("has_data"), F.col("has_key")
+        kind, reason = ev.classify(
+            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
+            (F.col("op_text").isNull() | (F.trim(F.col("op_text")) == ""), ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
+            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
+            (F.col("table").isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
+            ((has_data & data.isNull()) | (has_key & key.isNull()), ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
+            (F.col("time_text").isNotNull() & F.col("event_ms").isNull(), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
+            (op == _DROP_COLUMN, ev.KIND_IGNORED, ev.IGNORED_DDL),
+            (op == _BEFORE, ev.KIND_IGNORED, IGNORED_UPDATE_BEFORE),
+            (op.isin(ev.OP_INSERT, ev.OP_UPDATE, _AFTER) & ~has_data, ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
+            ((op == ev.OP_DELETE) & ~has_data & ~has_key & F.col("rowid").isNull(), ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+        )
+        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+
+        rowid_image = F.col("rowid_image")
+        key_image = F.coalesce(key, _empty())
+        data_image = F.coalesce(data, _empty())
+        old_values = F.coalesce(F.col("paired_before"), _empty())
+        identified = _overlay(old_values, key_image)  # what the record says the row was
+        before = (
+            F.when(op == ev.OP_DELETE, _overlay(rowid_image, _overlay(key_image, data_image)))
+            .when(op.isin(ev.OP_UPDATE, _AFTER) & (F.size(identified) + F.size(rowid_image) > 0), _overlay(rowid_image, identified))
+            # DROP COLUMN: the columns it removes, with no values.
+            .when(op == _DROP_COLUMN, F.transform_values(F.when(has_data, data_image).otherwise(key_image), lambda k, v: F.lit(None).cast("variant")))
+        )
+        after = F.when(op.isin(ev.OP_INSERT, ev.OP_UPDATE, _AFTER), _overlay(rowid_image, _overlay(identified, data_image)))
+        is_change = kind == ev.KIND_CHANGE
+        canonical_op = F.when(op.isin(_AFTER), F.lit(ev.OP_UPDATE)).otherwise(op)
+        return paired.select(
+            *ev.canonical(
+                table=F.col("table"),
+                kind=kind,
+                op=F.when(is_change, canonical_op),
+                reason=reason,
+                event_ms=F.col("event_ms"),
+                log_pos=F.when(F.col("scn").isNotNull(), F.array(F.col("scn"), F.col("trans_number"), F.col("seq"))),
+                sub_pos=F.lit(0),
+                tx_id=F.col("trans"),
+                tx_end=F.col("tx_end"),
+                before=F.when(is_change | ((kind == ev.KIND_IGNORED) & (op == _DROP_COLUMN)), before),
+                after=F.when(is_change, after),
+                partial=F.when(is_change, op.isin(ev.OP_UPDATE, _AFTER)),
+                file=F.col("file"),
+                file_pos=F.col("file_pos"),
+                line=F.col("line"),
+                raw=F.col("text"),
+            )
+        )

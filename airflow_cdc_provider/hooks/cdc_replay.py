@@ -1,0 +1,343 @@
+"""Submit the ``cdc-replay`` snapshot job with spark-submit and read back what it wrote.
+
+The hook owns every piece of I/O the operator needs: the Spark connection, the spark-submit call
+(through the apache-spark provider's ``SparkSubmitHook``), the job's error file and the
+``_cdc_metrics.json`` it writes. The argument list is built as a list, never a shell string, and
+every value is checked so that nothing a template renders can turn into a spark-submit or job
+option.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+METRICS_FILE = "_cdc_metrics.json"
+ON_ERROR_CHOICES = ("quarantine", "fail")
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+_FORBIDDEN_CHARS = ("\n", "\r", "\x00")
+
+
+class CdcJobArgumentError(ValueError):
+    """An operator argument cannot be passed to the job safely or is not valid."""
+
+
+class SparkConnectionNotFoundError(AirflowNotFoundException):
+    """The Spark connection is missing; without it the Spark provider would submit to YARN."""
+
+
+class CdcReplayJobError(AirflowException):
+    """The snapshot job ran and failed; the message is the job's own error."""
+
+
+def application_path() -> str:
+    """Local path of the spark-submit application file shipped with this package."""
+    import airflow_cdc_provider.jobs as jobs_package
+
+    return str(Path(jobs_package.__file__).resolve().parent / "spark_app.py")
+
+
+def _checked(name: str, value: Any) -> str:
+    """Return ``value`` as a job argument, refusing what could be read as an option or split a line."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise CdcJobArgumentError(f"{name} must be a string, got {type(value).__name__}: {value!r}")
+    if not value.strip():
+        raise CdcJobArgumentError(f"{name} must not be empty")
+    if value.startswith("-"):
+        raise CdcJobArgumentError(f"{name} must not start with '-' (it would be read as an option): {value!r}")
+    if any(ch in value for ch in _FORBIDDEN_CHARS):
+        raise CdcJobArgumentError(f"{name} must not contain line breaks or NUL characters: {value!r}")
+    return value
+
+
+def _as_list(name: str, value: str | os.PathLike | Iterable[str] | None) -> list[str]:
+    """Accept one value or a list of them (templated fields may render either)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        return [_checked(name, value)]
+    if isinstance(value, Mapping):
+        raise CdcJobArgumentError(f"{name} must be a string or a list of strings, got a mapping: {value!r}")
+    return [_checked(name, item) for item in value]
+
+
+def normalise_as_of(value: str | int | datetime) -> str:
+    """AS OF as the job takes it: ISO-8601 with a UTC offset, or epoch milliseconds."""
+    if isinstance(value, bool):
+        raise CdcJobArgumentError(f"as_of must be a timestamp, got {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise CdcJobArgumentError(f"as_of must be timezone-aware, got naive datetime {value!r}")
+        return value.isoformat()
+    text = _checked("as_of", value).strip()
+    if text.isdigit():
+        return text
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise CdcJobArgumentError(
+            f"as_of must be ISO-8601 with an offset (2024-09-02T06:40:00+00:00 or ...Z) or epoch "
+            f"milliseconds, got {text!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        raise CdcJobArgumentError(f"as_of must carry a UTC offset (e.g. {text}+00:00 or {text}Z), got {text!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    """One ``cdc-replay snapshot`` run, as the operator describes it."""
+
+    source_format: str
+    input_paths: Sequence[str]
+    output_path: str
+    as_of: str
+    key_columns: Sequence[str] = ()
+    tables: Sequence[str] = ()
+    on_error: str = "quarantine"
+    with_metadata: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        source_format: str,
+        input_paths: str | os.PathLike | Iterable[str],
+        output_path: str | os.PathLike,
+        as_of: str | int | datetime,
+        key_columns: str | Iterable[str] | None = None,
+        tables: str | Iterable[str] | None = None,
+        on_error: str = "quarantine",
+        with_metadata: bool = False,
+    ) -> SnapshotRequest:
+        """Validate loose operator values (a path or a list, datetime or text) into a request."""
+        from airflow_cdc_provider.formats import format_names
+
+        fmt = _checked("source_format", source_format)
+        if fmt not in format_names():
+            raise CdcJobArgumentError(f"unknown source_format {fmt!r}; known formats: {', '.join(format_names())}")
+        inputs = _as_list("input_paths", input_paths)
+        if not inputs:
+            raise CdcJobArgumentError("input_paths must name at least one path")
+        keys = _as_list("key_columns", key_columns)
+        for key in keys:
+            if "," in key:
+                raise CdcJobArgumentError(f"key_columns entries are single column names, got {key!r}")
+        if on_error not in ON_ERROR_CHOICES:
+            raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+        return cls(
+            source_format=fmt,
+            input_paths=tuple(inputs),
+            output_path=_checked("output_path", output_path),
+            as_of=normalise_as_of(as_of),
+            key_columns=tuple(keys),
+            tables=tuple(_as_list("tables", tables)),
+            on_error=on_error,
+            with_metadata=bool(with_metadata),
+        )
+
+    def application_args(self, error_file: str | None = None) -> list[str]:
+        """The job's argument list (``cdc-replay snapshot`` arguments without the word ``snapshot``)."""
+        args = ["--format", self.source_format]
+        for path in self.input_paths:
+            args += ["--input", path]
+        args += ["--as-of", self.as_of, "--output", self.output_path]
+        if self.key_columns:
+            args += ["--key", ",".join(self.key_columns)]
+        for table in self.tables:
+            args += ["--table", table]
+        args += ["--on-error", self.on_error]
+        if self.with_metadata:
+            args.append("--with-metadata")
+        if error_file:
+            args += ["--error-file", _checked("error_file", error_file)]
+        return args
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """What the hook needs to know about the Spark connection besides what SparkSubmitHook reads."""
+
+    master: str
+    deploy_mode: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def driver_is_local(self) -> bool:
+        """True when the driver runs in this process's machine (client or local mode)."""
+        return self.deploy_mode != "cluster"
+
+    @property
+    def is_loopback(self) -> bool:
+        """A local[...] master, or a cluster master listening on this machine's loopback."""
+        if self.master.startswith("local"):
+            return True
+        return (urlsplit(self.master).hostname or "") in _LOOPBACK_HOSTS
+
+
+def spark_target_from_connection(conn: Any) -> SparkTarget:
+    """Derive the master URL the Spark provider will use from a ``spark`` connection."""
+    host = conn.host or ""
+    if conn.conn_type == "spark" and host and ("://" in host or not conn.port):
+        master = host
+    else:
+        master = f"{conn.conn_type}://{host}"
+    if conn.port:
+        master = f"{master}:{conn.port}"
+    extra = conn.extra_dejson or {}
+    return SparkTarget(master=master, deploy_mode=extra.get("deploy-mode"), extra=extra)
+
+
+class CdcReplayHook(BaseHook):
+    """Run the snapshot job through spark-submit and return its metrics.
+
+    :param conn_id: Airflow connection of type ``spark`` giving the master (``local[*]``,
+        ``spark://host:7077``, ``yarn``, ``k8s://...``) and optional deploy mode.
+    :param spark_conf: extra Spark properties passed as ``--conf key=value``.
+    :param name: spark-submit application name.
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    conn_type = "spark"
+    hook_name = "CDC Replay"
+
+    def __init__(
+        self,
+        conn_id: str = default_conn_name,
+        spark_conf: Mapping[str, Any] | None = None,
+        name: str = "cdc-replay",
+    ) -> None:
+        super().__init__()
+        self.conn_id = conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self.name = name
+        self._submit_hook: Any = None
+
+    def get_conn(self) -> SparkTarget:
+        """The Spark target; fails clearly instead of letting spark-submit default to YARN."""
+        try:
+            conn = self.get_connection(self.conn_id)
+        except AirflowNotFoundException:
+            raise SparkConnectionNotFoundError(
+                f"Spark connection {self.conn_id!r} is not defined, so the snapshot job has nowhere "
+                f"to run (the Spark provider would silently submit to YARN). Create it, e.g. "
+                f"AIRFLOW_CONN_{self.conn_id.upper()}='{{\"conn_type\":\"spark\",\"host\":\"local[*]\"}}' "
+                f"for local mode, or host spark://HOST:7077 / yarn / k8s://... for a cluster."
+            ) from None
+        return spark_target_from_connection(conn)
+
+    def submit_conf(self, target: SparkTarget) -> dict[str, str]:
+        """Spark properties for the submission: the user's, plus loopback driver binding when local."""
+        conf = {str(k): str(v) for k, v in self.spark_conf.items()}
+        if target.is_loopback and target.driver_is_local:
+            # This machine's host name may not resolve to its loopback address.
+            conf.setdefault("spark.driver.host", "127.0.0.1")
+            conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        return conf
+
+    @staticmethod
+    def submit_env() -> dict[str, str]:
+        """Environment for spark-submit: this interpreter's bin/ first on PATH.
+
+        spark-submit from a pip-installed PySpark finds SPARK_HOME (and ``python3`` finds the
+        interpreter that has this package) only when that bin/ comes first.
+        """
+        env = dict(os.environ)
+        bin_dir = str(Path(sys.executable).parent)
+        if (Path(bin_dir) / "spark-submit").exists():
+            parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
+            env["PATH"] = os.pathsep.join([bin_dir, *parts])
+        return env
+
+    def run_snapshot(self, request: SnapshotRequest) -> dict[str, Any]:
+        """Submit the job, wait for it, and return the metrics it wrote to ``_cdc_metrics.json``."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        target = self.get_conn()
+        error_file = self._new_error_file() if target.driver_is_local else None
+        try:
+            self._submit_hook = SparkSubmitHook(
+                conf=self.submit_conf(target),
+                conn_id=self.conn_id,
+                name=self.name,
+                application_args=request.application_args(error_file),
+            )
+            try:
+                self._submit_hook.submit(application=application_path(), env=self.submit_env())
+            except AirflowException as exc:
+                raise CdcReplayJobError(self._failure_message(error_file, exc)) from exc
+            except FileNotFoundError as exc:
+                raise CdcReplayJobError(
+                    f"cannot start {exc.filename or 'spark-submit'}: it is not on PATH. Install pyspark "
+                    f"in the environment that runs Airflow, or put Spark's bin/ on PATH."
+                ) from exc
+        finally:
+            if error_file:
+                Path(error_file).unlink(missing_ok=True)
+        return self.read_metrics(request.output_path)
+
+    def on_kill(self) -> None:
+        """Stop a running submission (the operator forwards its on_kill here)."""
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()
+
+    @staticmethod
+    def _new_error_file() -> str:
+        handle, path = tempfile.mkstemp(prefix="cdc-replay-error-", suffix=".json")
+        os.close(handle)
+        return path
+
+    @staticmethod
+    def _failure_message(error_file: str | None, exc: Exception) -> str:
+        """The job's own error when it wrote one, else what spark-submit reported."""
+        text = Path(error_file).read_text(encoding="utf-8").strip() if error_file and Path(error_file).exists() else ""
+        if not text:
+            return f"cdc-replay job failed without writing an error report: {exc}"
+        try:
+            report = json.loads(text)
+        except ValueError:
+            return f"cdc-replay job failed: {text}"
+        if not isinstance(report, dict):
+            return f"cdc-replay job failed: {text}"
+        kind = report.get("type")
+        error = report.get("error", text)
+        return f"cdc-replay job failed: {kind}: {error}" if kind else f"cdc-replay job failed: {error}"
+
+    @staticmethod
+    def read_metrics(output_path: str) -> dict[str, Any]:
+        """Read ``OUTPUT/_cdc_metrics.json`` from a local path or any URI Airflow's object storage knows."""
+        scheme = urlsplit(output_path).scheme
+        try:
+            if scheme in ("", "file") or (len(scheme) == 1 and output_path[1:2] == ":"):
+                local = urlsplit(output_path).path if scheme == "file" else output_path
+                text = (Path(local) / METRICS_FILE).read_text(encoding="utf-8")
+            else:
+                from airflow.sdk import ObjectStoragePath
+
+                text = (ObjectStoragePath(output_path.rstrip("/")) / METRICS_FILE).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CdcReplayJobError(
+                f"the job finished but wrote no {METRICS_FILE} under {output_path!r}"
+            ) from None
+        except Exception as exc:
+            raise CdcReplayJobError(
+                f"cannot read {METRICS_FILE} under {output_path!r} ({type(exc).__name__}: {exc}); for a "
+                f"{scheme}:// output, install the Airflow provider that serves that scheme to object storage"
+            ) from exc
+        return json.loads(text)

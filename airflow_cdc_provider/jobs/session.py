@@ -1,0 +1,46 @@
+"""The one place a SparkSession is configured for the replay job and the tests."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+# Settings the replay relies on, whatever the master.
+_JOB_CONF = {
+    # Event times and AS OF are instants: keep Spark's rendering of them in UTC.
+    "spark.sql.session.timeZone": "UTC",
+    # Shuffle partitions sized to the data, not a fixed 200.
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+# Only for an embedded local master: this machine's host name does not resolve to loopback.
+_LOCAL_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.memory": "4g",
+}
+
+
+def build_session(master: str | None = None, app_name: str = "cdc-replay", extra_conf: dict[str, str] | None = None) -> SparkSession:
+    """Return the session for a replay run.
+
+    ``master=None`` means "whatever spark-submit configured", falling back to ``local[*]`` when
+    the job runs as a plain Python process.
+    """
+    from pyspark import SparkConf
+
+    submitted = SparkConf().get("spark.master", None)  # set when running under spark-submit
+    effective = master or submitted or DEFAULT_MASTER
+    builder = SparkSession.builder.appName(app_name).master(effective)
+    conf = dict(_JOB_CONF)
+    if effective.startswith("local"):
+        conf.update(_LOCAL_CONF)
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,154 @@
+"""The fold: every rule of DESIGN.md section 4, as one aggregation per (table, key).
+
+Canonical events are keyed, split into what is applied and what is only counted, and grouped
+once. Per key the aggregation keeps
+  * the latest "resetting" event (insert, snapshot read, full-image update, delete) by position,
+    picked with ``max_by`` so Spark combines map-side and ships one candidate per key per task;
+  * the partial-image updates (Shareplex ``data``, Qlik ``columnMask``), merged after the fold
+    column by column in position order on top of the latest reset: latest writer wins;
+  * a compact list of (position, op, content hash) from which the counts are derived in position
+    order: exact duplicates, deletes of unknown keys, updates that create their row, truncates.
+Non-row records travel through the same aggregation under group tags, so one shuffle of one scan
+yields the snapshot, the quarantine and every count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from airflow_cdc_provider.replay import events as ev
+
+# Group tags.
+TAG_ROW = "R"  # a keyed row change
+TAG_TRUNCATE = "T"
+TAG_IGNORED = "I"
+TAG_QUARANTINED = "Q"
+TAG_NO_KEY = "K"  # row changes of a table nobody gave a key for: a configuration error
+
+# Op codes in the counting list.
+_OP_CODE = {ev.OP_INSERT: 1, ev.OP_READ: 1, ev.OP_UPDATE: 2, ev.OP_DELETE: 3}
+
+
+@dataclass(frozen=True)
+class KeyConfig:
+    """``--key``: default key columns, and per-table overrides (``TABLE=COL,COL``)."""
+
+    default: tuple[str, ...] = ()
+    per_table: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def column_for(self, table: Column) -> Column:
+        keys: Column = F.lit(list(self.default)) if self.default else F.lit(None).cast("array<string>")
+        for name, cols in self.per_table:
+            keys = F.when((table == name) | table.endswith("." + name), F.lit(list(cols))).otherwise(keys)
+        return keys
+
+
+def ordering(e: DataFrame) -> Column:
+    """Source log position, then event time, then place in the landing (file, record, row)."""
+    return F.struct(
+        F.col("log_pos").alias("log_pos"),
+        F.col("event_ms").alias("event_ms"),
+        F.xxhash64("file").alias("file"),
+        F.col("file_pos").alias("file_pos"),
+        F.coalesce(F.col("sub_pos"), F.lit(0)).alias("sub_pos"),
+    )
+
+
+def _key_values(image: Column, fallback: Column, cols: Column) -> Column:
+    """Key values as strings (variants cannot be grouped): from ``image``, else from ``fallback``."""
+
+    def one(c: Column) -> Column:
+        v = F.when(F.map_contains_key(image, c), image[c]).otherwise(fallback[c])
+        return F.when(F.is_variant_null(v), F.lit(None)).otherwise(F.to_json(v))
+
+    return F.transform(cols, one)
+
+
+def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame:
+    """Attach group tag and key to every canonical event; split key-changing updates in two."""
+    key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
+    is_change = F.col("kind") == ev.KIND_CHANGE
+    is_row = is_change & (F.col("op") != ev.OP_TRUNCATE)
+    after_or_before = F.coalesce(F.col("after"), ev.empty_image())
+    before_or_after = F.coalesce(F.col("before"), ev.empty_image())
+    new_key = F.when(
+        F.col("op") == ev.OP_DELETE, _key_values(before_or_after, after_or_before, key_cols)
+    ).otherwise(_key_values(after_or_before, before_or_after, key_cols))
+    old_key = _key_values(before_or_after, after_or_before, key_cols)
+    staged = ev.plan_barrier(events).select(
+        "*",
+        key_cols.alias("_key_cols"),
+        new_key.alias("_new_key"),
+        old_key.alias("_old_key"),
+        ordering(events).alias("_ord"),
+    )
+    missing_key = F.col("_key_cols").isNotNull() & F.exists(F.col("_new_key"), lambda v: v.isNull())
+    kind = F.when(is_row & missing_key, F.lit(ev.KIND_QUARANTINED)).otherwise(F.col("kind"))
+    reason = F.when(is_row & missing_key, F.lit(ev.Q_MISSING_KEY)).otherwise(F.col("reason"))
+    staged = ev.plan_barrier(staged.withColumn("kind", kind).withColumn("reason", reason))
+
+    is_change = F.col("kind") == ev.KIND_CHANGE
+    is_row = is_change & (F.col("op") != ev.OP_TRUNCATE)
+    tag = (
+        F.when(F.col("kind") == ev.KIND_IGNORED, F.lit(TAG_IGNORED))
+        .when(F.col("kind") == ev.KIND_QUARANTINED, F.lit(TAG_QUARANTINED))
+        .when(F.col("op") == ev.OP_TRUNCATE, F.lit(TAG_TRUNCATE))
+        .when(F.col("_key_cols").isNull(), F.lit(TAG_NO_KEY))
+        .otherwise(F.lit(TAG_ROW))
+    )
+    group_key = (
+        F.when(tag == TAG_ROW, F.col("_new_key"))
+        .when(tag == TAG_IGNORED, F.array(F.col("reason")))
+        .when(tag == TAG_QUARANTINED, F.array(F.col("file"), F.col("file_pos").cast("string"), F.coalesce(F.col("sub_pos"), F.lit(0)).cast("string")))
+        .otherwise(F.array().cast("array<string>"))
+    )
+    key_moved = is_row & (F.col("op") == ev.OP_UPDATE) & (F.col("_old_key") != F.col("_new_key")) & F.col("before").isNotNull()
+    applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
+    content_hash = F.xxhash64(F.col("table"), F.col("log_pos"), F.col("event_ms"), F.col("raw"), F.col("sub_pos"))
+    keyed = staged.select(
+        "*",
+        tag.alias("_tag"),
+        group_key.alias("_key"),
+        (is_change & applied).alias("_applied"),
+        (is_change & ~applied).alias("_after_as_of"),
+        content_hash.alias("_hash"),
+        F.when(key_moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False))).alias("_split"),
+    )
+    # A key-changing update also deletes the old key, at the same position (never counted itself).
+    keyed = ev.plan_barrier(keyed).select("*", F.explode("_split").alias("_moved_away")).drop("_split")
+    return keyed.select(
+        *[c for c in keyed.columns if c not in ("_key", "op", "after", "partial")],
+        F.when(F.col("_moved_away"), F.col("_old_key")).otherwise(F.col("_key")).alias("_key"),
+        F.when(F.col("_moved_away"), F.lit(ev.OP_DELETE)).otherwise(F.col("op")).alias("op"),
+        F.when(F.col("_moved_away"), F.lit(None).cast(ev.IMAGE_TYPE)).otherwise(F.col("after")).alias("after"),
+        F.when(F.col("_moved_away"), F.lit(False)).otherwise(F.coalesce(F.col("partial"), F.lit(False))).alias("partial"),
+    )
+
+
+def fold(keyed: DataFrame) -> DataFrame:
+    """One aggregation per (table, tag, key): the folded state plus what the counts need."""
+    applied = F.col("_applied")
+    partial_update = applied & (F.col("op") == ev.OP_UPDATE) & F.col("partial")
+    reset = applied & ~partial_update & (F.col("op") != ev.OP_TRUNCATE)
+    ord_ = F.col("_ord")
+    op_code = F.lit(0)
+    for op, code in _OP_CODE.items():
+        op_code = F.when(F.col("op") == op, F.lit(code)).otherwise(op_code)
+    last_meta = F.struct(F.col("op"), F.col("event_ms"), F.col("log_pos"), F.col("file"), F.col("line"))
+    counted = applied & ~F.col("_moved_away")
+    return keyed.groupBy("table", "_tag", "_key").agg(
+        F.count(F.when(~F.col("_moved_away"), 1)).alias("n"),
+        F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
+        F.max_by(F.when(reset, F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))), F.when(reset, ord_)).alias("reset"),
+        F.collect_list(F.when(partial_update, F.struct(ord_.alias("ord"), F.col("after").alias("after")))).alias("partials"),
+        F.collect_list(
+            F.when(applied, F.struct(ord_.alias("ord"), op_code.alias("op"), F.col("_hash").alias("h"), counted.alias("counted")))
+        ).alias("history"),
+        F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),
+        F.max(F.when(applied, F.col("event_ms"))).alias("last_event_ms"),
+        F.collect_set(F.when(applied & F.col("types").isNotNull(), F.map_entries(F.col("types")))).alias("type_sigs"),
+        F.min_by(F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw"), F.col("_ord")).alias("first"),
+    )

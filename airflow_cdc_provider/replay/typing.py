@@ -1,0 +1,126 @@
+"""Typing the snapshot: one Spark schema per table, from declared types or from the values.
+
+Declared types (a format's schema block, mysqlType, Avro field types...) win; columns no record
+declares get the type their final values hold (JSON numbers without a fraction are bigint, with a
+fraction double, objects and arrays are kept as JSON text). Declared types that change inside a run
+are merged when the change is lossless and stop the job otherwise.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from airflow_cdc_provider.replay.fold import TAG_ROW
+
+_INTEGRAL_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+_FLOAT_RANK = {"float": 1, "double": 2}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+class SchemaDriftError(ValueError):
+    """A column's declared type changed in a way that would lose data."""
+
+
+@dataclass
+class TableSchema:
+    columns: "OrderedDict[str, str]" = field(default_factory=OrderedDict)
+
+
+def widen(current: str, new: str) -> str | None:
+    """The wider of two declared types when one holds the other without loss, else None."""
+    if current == new:
+        return current
+    if current in _INTEGRAL_RANK and new in _INTEGRAL_RANK:
+        return current if _INTEGRAL_RANK[current] >= _INTEGRAL_RANK[new] else new
+    if current in _FLOAT_RANK and new in _FLOAT_RANK:
+        return current if _FLOAT_RANK[current] >= _FLOAT_RANK[new] else new
+    a, b = _DECIMAL.fullmatch(current), _DECIMAL.fullmatch(new)
+    if a and b:
+        (p1, s1), (p2, s2) = (int(a[1]), int(a[2])), (int(b[1]), int(b[2]))
+        scale = max(s1, s2)
+        precision = max(p1 - s1, p2 - s2) + scale
+        return f"decimal({precision},{scale})" if precision <= 38 else None
+    return None
+
+
+def _inferred(variant_type: str) -> str:
+    t = variant_type.upper()
+    if t in ("BIGINT", "INT", "SMALLINT", "TINYINT"):
+        return "bigint"
+    if t.startswith("DECIMAL") or t in ("DOUBLE", "FLOAT"):
+        return "double"
+    return {
+        "BOOLEAN": "boolean",
+        "DATE": "date",
+        "TIMESTAMP": "timestamp",
+        "TIMESTAMP_NTZ": "timestamp_ntz",
+        "BINARY": "binary",
+    }.get(t, "string")
+
+
+def declared_signatures(resolved: DataFrame) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Distinct declared type lists per table (tiny: one per schema version)."""
+    rows = (
+        resolved.where(F.col("_tag") == TAG_ROW)
+        .select("table", F.explode("type_sigs").alias("sig"))
+        .distinct()
+        .collect()
+    )
+    return [(r["table"], [(e["key"], e["value"]) for e in r["sig"]]) for r in rows]
+
+
+def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
+    """``(table, column, variant type, first position)`` over the final rows."""
+    rows = (
+        resolved.where(F.col("exists"))
+        .select("table", F.posexplode(F.map_keys("image")).alias("pos", "col"), "image")
+        .select("table", "col", "pos", F.col("image")[F.col("col")].alias("v"))
+        .groupBy("table", "col")
+        .agg(F.schema_of_variant_agg("v").alias("vtype"), F.min("pos").alias("pos"))
+        .collect()
+    )
+    return [(r["table"], r["col"], r["vtype"], r["pos"]) for r in rows]
+
+
+def table_schemas(
+    resolved: DataFrame, tables: list[str], first_file_with: "callable"
+) -> dict[str, TableSchema]:
+    """Merge declared and inferred types into one ordered schema per table."""
+    schemas = {t: TableSchema() for t in tables}
+    for table, sig in sorted(declared_signatures(resolved), key=lambda s: (s[0], -len(s[1]), s[1])):
+        columns = schemas.setdefault(table, TableSchema()).columns
+        for col, spark_type in sig:
+            if col not in columns:
+                columns[col] = spark_type
+                continue
+            merged = widen(columns[col], spark_type)
+            if merged is None:
+                old, new = columns[col], spark_type
+                where = first_file_with(table, col, new)
+                raise SchemaDriftError(
+                    f"table {table}: column {col} changes type from {old} to {new} "
+                    f"(first seen as {new} in {where}); only lossless widening (int to bigint, float to double, "
+                    f"wider decimals) is applied. Rebuild the old and new periods into separate outputs, "
+                    f"or cast the column at the source."
+                )
+            columns[col] = merged
+    for table, col, vtype, _pos in sorted(inferred_columns(resolved), key=lambda r: (r[0], r[3], r[1])):
+        columns = schemas.setdefault(table, TableSchema()).columns
+        if col not in columns:
+            columns[col] = _inferred(vtype)
+    return schemas
+
+
+def typed_value(image: Column, col: str, spark_type: str) -> Column:
+    v = image[col]
+    if spark_type == "string":
+        # Objects and arrays are kept as their JSON text.
+        return F.when(v.isNull() | F.is_variant_null(v), F.lit(None).cast("string")).otherwise(
+            F.coalesce(F.try_variant_get(v, "$", "string"), F.to_json(v))
+        )
+    return F.try_variant_get(v, "$", spark_type)

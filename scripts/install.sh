@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Install airflow-cdc-provider into ./.venv with its test extra, and leave ONE consistent PySpark.
+#
+# Usage: scripts/install.sh            (PYTHON=python3.11 and VENV=.venv can be overridden)
+#
+# Why the last steps: the apache-spark Airflow provider depends on `pyspark-client`, which installs
+# into the same pyspark/ folder as `pyspark`. Installed together at different versions they leave
+# the Python code of one Spark release over the jars of another, and `pip check` says nothing.
+# Re-installing the pinned pyspark with --no-deps --force-reinstall puts back a matching pair;
+# the check at the end compares the Python package's version with the spark-core jar's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${VENV:-.venv}"
+LOG="$(mktemp -t cdc-install.XXXXXX)"
+trap 'rm -f "$LOG"' EXIT
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+# pip on this kind of machine prints many harmless "Location ... is ignored" warnings: keep the
+# full output in a log and show it (filtered) only when a step fails.
+quiet() {
+    if ! "$@" >"$LOG" 2>&1; then
+        grep -v -e 'is ignored' "$LOG" | tail -n 60 >&2
+        die "command failed: $*"
+    fi
+}
+
+# --- Java: PySpark 4 needs a JDK/JRE 17 or newer -------------------------------------------------
+java_bin=""
+if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then
+    java_bin="$JAVA_HOME/bin/java"
+elif command -v java >/dev/null 2>&1; then
+    java_bin="$(command -v java)"
+fi
+if [ -z "$java_bin" ]; then
+    cat >&2 <<'MSG'
+ERROR: Java was not found. PySpark 4 needs Java 17 or 21.
+  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jre-headless
+  RHEL/Fedora:    sudo dnf install -y java-17-openjdk-headless
+  macOS:          brew install openjdk@17
+or point JAVA_HOME at an installed JDK (its bin/java is used), then run this script again.
+MSG
+    exit 1
+fi
+java_major="$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1)"
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
+    die "Java 17 or newer is required by PySpark 4; $java_bin reports version '${java_major:-unknown}'. Install openjdk-17 or set JAVA_HOME."
+fi
+say "Java $java_major ($java_bin)"
+
+# --- Python and the virtual environment ----------------------------------------------------------
+if [ -z "${PYTHON:-}" ]; then
+    if command -v python3.11 >/dev/null 2>&1; then PYTHON=python3.11; else PYTHON=python3; fi
+fi
+command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+    || die "$PYTHON is $("$PYTHON" -V 2>&1); Python 3.10 or newer is required (3.11 is what this is tested with)"
+if [ ! -x "$VENV/bin/python" ]; then
+    say "creating $VENV with $("$PYTHON" -V 2>&1)"
+    quiet "$PYTHON" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+
+# --- The package, its test extra, then one consistent PySpark ------------------------------------
+start=$(date +%s)
+say "installing airflow-cdc-provider[test] (editable) into $VENV; the first time takes a few minutes"
+quiet "$PY" -m pip install --disable-pip-version-check -e ".[test]"
+
+pyspark_pin="$(sed -n 's/^[[:space:]]*"pyspark==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)"
+[ -n "$pyspark_pin" ] || die "could not read the pyspark==VERSION pin from pyproject.toml"
+say "re-installing pyspark==$pyspark_pin over pyspark-client (--no-deps --force-reinstall)"
+quiet "$PY" -m pip install --disable-pip-version-check --no-deps --force-reinstall "pyspark==$pyspark_pin"
+
+# --- Verify: Python code and jars are the same Spark release --------------------------------------
+pkg_dir="$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+py_version="$("$PY" -c 'import pyspark; print(pyspark.__version__)')"
+core_jar="$(ls "$pkg_dir"/jars/spark-core_*.jar 2>/dev/null | head -n 1 || true)"
+[ -n "$core_jar" ] || die "no spark-core jar under $pkg_dir/jars: the pyspark install is broken"
+jar_version="$(basename "$core_jar" .jar | sed 's/^spark-core_[0-9.]*-//')"
+if [ "$py_version" != "$pyspark_pin" ] || [ "$jar_version" != "$pyspark_pin" ]; then
+    die "inconsistent PySpark: python package $py_version, jars $jar_version, pin $pyspark_pin"
+fi
+say "PySpark $py_version: python package and jars agree ($(basename "$core_jar"))"
+say "installed in $(( $(date +%s) - start )) s; run the tests with: $PY -m pytest -q"

@@ -1,0 +1,61 @@
+"""DAGs the operator tests run with ``dag.test()``; every input comes from the run's conf (params).
+
+They live in the test DAGs folder because ``dag.test()`` in Airflow 3 needs the DAG parsed and
+serialized from a DAG bundle. ``render_template_as_native_obj`` keeps list params as lists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
+
+
+def record_exception(context: dict[str, Any]) -> None:
+    """Failure callback: write the task's exception where the test can read it."""
+    report = context["params"].get("report_file")
+    if report:
+        exc = context.get("exception")
+        Path(report).write_text(f"{type(exc).__name__}: {exc}", encoding="utf-8")
+
+
+PARAMS = {"inputs": [], "output": "", "as_of": "", "key": [], "tables": [], "report_file": ""}
+
+
+def _snapshot_task(conn_id: str) -> CdcSnapshotOperator:
+    return CdcSnapshotOperator(
+        task_id="snapshot",
+        source_format="debezium-json",
+        input_paths="{{ params.inputs }}",
+        output_path="{{ params.output }}",
+        as_of="{{ params.as_of }}",
+        key_columns="{{ params.key }}",
+        tables="{{ params.tables }}",
+        conn_id=conn_id,
+        on_failure_callback=record_exception,
+    )
+
+
+with DAG(
+    dag_id="cdc_operator_test",
+    schedule=None,
+    start_date=pendulum.datetime(2024, 9, 1, tz="UTC"),
+    catchup=False,
+    params=PARAMS,
+    render_template_as_native_obj=True,
+):
+    _snapshot_task("spark_default")
+
+with DAG(
+    dag_id="cdc_operator_missing_conn",
+    schedule=None,
+    start_date=pendulum.datetime(2024, 9, 1, tz="UTC"),
+    catchup=False,
+    params=PARAMS,
+    render_template_as_native_obj=True,
+):
+    _snapshot_task("cdc_test_connection_that_does_not_exist")
