@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_cdc_provider.replay.events import plan_barrier
+
 # Files up to this size are read whole (exact line numbers, multi-line documents).
 WHOLE_FILE_MAX_BYTES = 64 * 1024 * 1024
 # A compressed file expands; keep the in-memory text of a whole-read file bounded.
@@ -96,16 +98,18 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         F.col("_metadata.file_path").alias("file"), F.regexp_replace(F.col("value"), "^\ufeff", "").alias("content")
     )
     lines = F.split(F.col("content"), "\n")
-    first_text = F.filter(lines, lambda l: F.trim(l) != "")[0]
+    first_text = F.filter(F.col("lines"), lambda l: F.trim(l) != "")[0]
     # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
     document = F.coalesce(F.trim(first_text).isin("{", "["), F.lit(False))
-    records = F.when(document, F.array(F.col("content"))).otherwise(lines)
-    exploded = files.select(
+    # Materialise the split once per file: expressions beside a generator are re-evaluated per output row.
+    per_file = files.select("file", "content", lines.alias("lines")).select(
         "file",
         document.alias("document"),
-        F.size(records).alias("n"),
         F.col("content").endswith("\n").alias("terminated"),
-        F.posexplode(records).alias("idx", "text"),
+        F.when(document, F.array(F.col("content"))).otherwise(F.col("lines")).alias("records"),
+    ).select("file", "document", "terminated", "records", F.size("records").alias("n"))
+    exploded = plan_barrier(per_file).select(
+        "file", "document", "terminated", "n", F.posexplode("records").alias("idx", "text")
     )
     last = F.col("idx") == F.col("n") - 1
     return exploded.where(~(last & (F.col("text") == "") & ~F.col("document"))).select(

@@ -67,7 +67,7 @@ def load_dags(folder: Path) -> Any:
     """Parse a folder the way the DAG processor does; returns the DagBag."""
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(folder), include_examples=False)
+    return DagBag(dag_folder=str(folder))
 
 
 def xcom_return_value(dag_run: Any, task_id: str) -> Any:
@@ -90,4 +90,4 @@ def xcom_return_value(dag_run: Any, task_id: str) -> Any:
 
 
 def task_states(dag_run: Any) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+    return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dag_run.get_task_instances()}

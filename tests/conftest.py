@@ -66,3 +66,11 @@ def replay(spark, tmp_path):
 def assert_events_add_up(metrics: dict) -> None:
     ev = metrics["events"]
     assert ev["read"] == ev["applied"] + ev["after_as_of"] + ev["ignored"] + ev["duplicates"] + ev["quarantined"], ev
+
+
+def write_jsonl(path: Path, records: list) -> Path:
+    """Write records (dicts, or raw strings written as they are) one per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

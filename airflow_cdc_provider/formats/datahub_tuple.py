@@ -67,8 +67,9 @@ _DECLARABLE_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", 
                      "timestamp", "binary")
 # An epoch value at or above this is microseconds (DataHub's TIMESTAMP type), below it milliseconds.
 _MICROS_FROM = 10**14
-# One CSV field: a quoted field ("" escapes a quote) or anything up to the next comma.
-_CSV_FIELD = r'(?:^|,)("(?:[^"]|"")*"|[^,]*)'
+# One CSV field: a quoted field ("" escapes a quote) that ends the field, or anything up to the
+# next comma (so `"a"b` is the text `"a"b`, never `a` with `b` silently dropped).
+_CSV_FIELD = r'(?:^|,)("(?:[^"]|"")*"(?=,|$)|[^,]*)'
 
 # Columns every landing reader hands to `_events`.
 _ROW_COLUMNS = ("file", "file_pos", "line", "raw", "bad", "tombstone", "seq", "op", "event_ms", "time_bad",
@@ -91,7 +92,7 @@ def _is_metadata_key(key: Column) -> Column:
 
 class DatahubTupleDecoder(Decoder):
     name = "datahub-tuple"
-    description = "DataHub TUPLE records (_sequence_id_, _operation_type_ I/U/D) as JSON lines, CSV with header or Parquet"
+    description = "DataHub TUPLE records (_sequence_id_, _operation_type_ I/U/D): JSON lines, CSV with header, Parquet"
     needs = "--key"
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
@@ -104,9 +105,9 @@ class DatahubTupleDecoder(Decoder):
         if by_kind["csv"]:
             parts.append(_csv_rows(spark, by_kind["csv"]))
         parts.extend(_parquet_rows(spark, by_kind["parquet"]))
-        rows = parts[0]
+        rows = parts[0].select(*_ROW_COLUMNS)
         for part in parts[1:]:
-            rows = rows.unionByName(part)
+            rows = rows.union(part.select(*_ROW_COLUMNS))
         return _events(rows, options)
 
 
@@ -173,32 +174,44 @@ def csv_fields(line: Column, empty_as_null: bool = True) -> Column:
 
 
 def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
-    """CSV with a header line per file: each line is zipped with its file's header into a map."""
+    """CSV with a header line per file: each line is zipped with its file's header into a map.
+
+    Built in stages (fields, then the map, then its entries) so that Spark computes the parse
+    once per line instead of inlining it into every use.
+    """
     records = read_records(spark, files).where(F.trim(F.col("text")) != "")
     headers = records.groupBy("file").agg(
         F.min_by("text", "file_pos").alias("header_text"), F.min("file_pos").alias("header_pos")
     )
     rows = records.join(F.broadcast(headers), "file").where(F.col("file_pos") != F.col("header_pos"))
-    names = csv_fields(F.col("header_text"), empty_as_null=False)
-    values = csv_fields(F.col("text"))
+    split = rows.select(
+        "file", "file_pos", "line", "text", "unterminated",
+        csv_fields(F.col("header_text"), empty_as_null=False).alias("names"),
+        csv_fields(F.col("text")).alias("values"),
+    )
+    names, values = F.col("names"), F.col("values")
     header_ok = (F.size(F.array_distinct(names)) == F.size(names)) & ~F.array_contains(names, "")
     fits = header_ok & (F.size(names) == F.size(values))
-    text_map = F.when(fits, F.map_from_arrays(names, values))
     bad = (
         F.when(fits, F.lit(None).cast("string"))
         .when(F.col("unterminated") & header_ok & (F.size(values) < F.size(names)), F.lit(Q_TRUNCATED))
         .otherwise(F.lit(Q_CSV_SHAPE))
     )
+    mapped = split.select(
+        "file", "file_pos", "line", "text", bad.alias("bad"),
+        F.when(fits, F.map_from_arrays(names, values)).alias("text_map"),
+    )
+    text_map = F.col("text_map")
     image = F.transform_values(
         F.map_filter(text_map, lambda k, v: ~_is_metadata_key(k)), lambda k, v: v.cast("variant")
     )
     event_ms, time_bad = event_ms_from_text(text_map[EXECUTE_TIME])
-    return rows.select(
+    return mapped.select(
         "file",
         "file_pos",
         "line",
         F.col("text").alias("raw"),
-        bad.alias("bad"),
+        "bad",
         F.lit(False).alias("tombstone"),
         text_map[SEQUENCE_ID].alias("seq"),
         text_map[OPERATION_TYPE].alias("op"),
@@ -289,26 +302,16 @@ def attach_before_images(
 ) -> DataFrame:
     """Add ``paired_before``: for an after half, the image of the before half of the same group.
 
-    Only the halves of split updates are repartitioned (one window over ``group``); every other
-    record passes through untouched, and every record, either half included, stays one row.
+    One window, no join: rows are partitioned by ``group`` (table and sequence id) for the halves
+    and by their own file position otherwise, so every record stays exactly one row and no group
+    is skewed. Splitting the halves off with a filter and a union would shuffle less, but Spark
+    pushes such filters down into the decoding expressions and reads and parses the landing twice.
     """
-    import os
-    if os.environ.get("PAIR_MODE") == "B":
-        spread = [F.when(~F.coalesce(before_half | after_half, F.lit(False)), c) for c in (F.col("file"), F.col("file_pos"))]
-        w = Window.partitionBy(*group, *spread)
-        return rows.withColumn("paired_before", F.when(after_half, F.min_by(F.when(before_half, image), F.when(before_half, order)).over(w)))
-    rows = rows.withColumn("_fence", F.spark_partition_id())
     is_half = F.coalesce(before_half | after_half, F.lit(False))
-    in_pair = Window.partitionBy(*group)
-    halves = rows.where(is_half).withColumn(
-        "paired_before",
-        F.when(
-            after_half,
-            F.min_by(F.when(before_half, image), F.when(before_half, order)).over(in_pair),
-        ),
-    )
-    others = rows.where(~is_half).withColumn("paired_before", F.lit(None).cast(IMAGE_TYPE))
-    return halves.unionByName(others)
+    own_position = [F.when(~is_half, F.col("file")), F.when(~is_half, F.col("file_pos"))]
+    in_pair = Window.partitionBy(*group, *own_position)
+    paired = F.min_by(F.when(before_half, image), F.when(before_half, order)).over(in_pair)
+    return rows.withColumn("paired_before", F.when(after_half, paired))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,31 +319,39 @@ def attach_before_images(
 
 
 def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
-    op = F.upper(F.trim(F.col("op")))
+    """Classify each record, pair update halves, and select the canonical columns."""
     seq_text = F.trim(F.col("seq"))
-    seq = seq_text.try_cast("bigint")
-    before_y = F.upper(F.trim(F.col("before_flag"))) == "Y"
-    after_y = F.upper(F.trim(F.col("after_flag"))) == "Y"
     table = F.coalesce(F.nullif(F.trim(F.col("source_table")), F.lit("")), F.lit(options.table).cast("string"))
+    fields = rows.select(
+        "*",
+        F.upper(F.trim(F.col("op"))).alias("_op"),
+        seq_text.try_cast("bigint").alias("_seq"),
+        (seq_text.isNotNull() & (seq_text != "") & seq_text.try_cast("bigint").isNull()).alias("_seq_bad"),
+        (F.upper(F.trim(F.col("before_flag"))) == "Y").alias("_before_y"),
+        (F.upper(F.trim(F.col("after_flag"))) == "Y").alias("_after_y"),
+        table.alias("_table"),
+    )
+    op, before_y, after_y = F.col("_op"), F.col("_before_y"), F.col("_after_y")
     kind, reason = classify(
         (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
         (op.isNull() | (op == ""), KIND_QUARANTINED, Q_MISSING_OP),
         (~op.isin(*_TUPLE_OPS), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (seq_text.isNotNull() & (seq_text != "") & seq.isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (F.col("_seq_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
         (F.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (F.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
         ((op == "U") & F.coalesce(~after_y & ~before_y, F.lit(True)), KIND_QUARANTINED, Q_MISSING_IMAGE),
         ((op == "U") & F.coalesce(~after_y, F.lit(True)), KIND_IGNORED, IGNORED_UPDATE_BEFORE),
     )
     read_bad = F.col("bad").isNotNull()
-    kind = F.when(read_bad, F.lit(KIND_QUARANTINED)).otherwise(kind)
-    reason = F.when(read_bad, F.col("bad")).otherwise(reason)
-    typed = rows.select("*", op.alias("_op"), seq.alias("_seq"), table.alias("_table"), kind.alias("_kind"),
-                        reason.alias("_reason"))
+    classified = fields.select(
+        "*",
+        F.when(read_bad, F.lit(KIND_QUARANTINED)).otherwise(kind).alias("_kind"),
+        F.when(read_bad, F.col("bad")).otherwise(reason).alias("_reason"),
+    )
     before_half = (F.col("_reason") == IGNORED_UPDATE_BEFORE) & F.col("_seq").isNotNull()
     after_half = (F.col("_kind") == KIND_CHANGE) & (F.col("_op") == "U") & F.col("_seq").isNotNull()
     paired = attach_before_images(
-        typed, before_half=before_half, after_half=after_half, group=[F.col("_table"), F.col("_seq")],
+        classified, before_half=before_half, after_half=after_half, group=[F.col("_table"), F.col("_seq")],
         image=F.col("image"), order=F.struct("file", "file_pos"),
     )
     is_change = F.col("_kind") == KIND_CHANGE
@@ -367,4 +378,3 @@ def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
             raw=F.col("raw"),
         )
     )
-

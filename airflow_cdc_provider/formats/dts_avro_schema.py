@@ -125,7 +125,10 @@ def record_schema(born_timestamp: bool = True) -> dict[str, Any]:
         "name": "Source",
         "namespace": NAMESPACE,
         "fields": [
-            {"name": "sourceType", "type": {"type": "enum", "name": "SourceType", "namespace": NAMESPACE, "symbols": list(SOURCE_TYPES)}},
+            {
+                "name": "sourceType",
+                "type": {"type": "enum", "name": "SourceType", "namespace": NAMESPACE, "symbols": list(SOURCE_TYPES)},
+            },
             {"name": "version", "type": "string"},
         ],
     }

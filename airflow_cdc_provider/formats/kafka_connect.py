@@ -98,34 +98,41 @@ def column_types(columns: Column) -> Column:
     )
 
 
+def let(value: Column, body) -> Column:
+    """Bind ``value`` once and use it in ``body`` (a lambda), instead of copying its expression."""
+    return F.transform(F.array(value), body)[0]
+
+
 def _decimal_from_base64(b64: Column, scale: Column) -> Column:
-    """Two's-complement big-endian bytes (Base64) with a scale -> exact decimal variant."""
-    hexed = F.hex(F.try_to_binary(b64, F.lit("base64")))
-    n = F.length(hexed) / 2
-    negative = F.conv(F.substring(hexed, 1, 2), 16, 10).cast("int") >= 128
-    idx = F.sequence(F.lit(0), (n - 1).cast("int"))
+    """Two's-complement big-endian bytes (Base64) with a scale -> exact decimal variant.
 
-    def byte_at(i: Column, invert: bool) -> Column:
-        b = F.conv(F.substring(hexed, i * 2 + 1, 2), 16, 10).cast("int")
-        return (F.lit(255) - b) if invert else b
+    Up to 15 bytes (precision 36); a larger or malformed value gives null (quarantined).
+    """
 
-    def magnitude(invert: bool) -> Column:
-        return F.aggregate(
-            idx,
-            F.lit(0).cast("decimal(38,0)"),
-            lambda acc, i: F.try_add(F.try_multiply(acc, F.lit(256)), byte_at(i, invert)).cast("decimal(38,0)"),
-        )
+    def unsigned(h: Column) -> Column:
+        high = F.conv(F.substring(h, 1, F.length(h) - 16), 16, 10).try_cast("decimal(38,0)")
+        low = F.conv(F.substring(h, F.greatest(F.length(h) - 15, F.lit(1)), 16), 16, 10).try_cast("decimal(38,0)")
+        two_pow_64 = F.lit("18446744073709551616").cast("decimal(38,0)")
+        return F.try_add(F.try_multiply(F.coalesce(high, F.lit(0).cast("decimal(38,0)")), two_pow_64), low)
 
-    unscaled = F.when(negative, -(magnitude(True) + 1)).otherwise(magnitude(False))
-    digits = F.abs(unscaled).cast("string")
-    s = scale.cast("int")
-    padded = F.lpad(digits, F.greatest(F.length(digits), s + 1), "0")
-    with_point = F.when(
-        s > 0,
-        F.concat(F.substring(padded, 1, F.length(padded) - s), F.lit("."), F.substring(padded, F.length(padded) - s + 1, 1000)),
-    ).otherwise(padded)
-    text = F.concat(F.when(unscaled < 0, F.lit("-")).otherwise(F.lit("")), with_point)
-    return F.when(hexed.isNull() | (F.length(hexed) == 0), F.lit(None)).otherwise(F.try_parse_json(text))
+    def from_hex(h: Column) -> Column:
+        # Negative: the magnitude is the bitwise NOT (hex digit complement) plus one.
+        complement = F.translate(h, "0123456789ABCDEF", "FEDCBA9876543210")
+        negative = F.substring(h, 1, 1) >= "8"
+        signed = F.when(negative, -F.try_add(unsigned(complement), F.lit(1))).otherwise(unsigned(h))
+        return F.when((F.length(h) > 0) & (F.length(h) <= 30), signed.try_cast("decimal(38,0)"))
+
+    def to_text(u: Column) -> Column:
+        s = scale.cast("int")
+        digits = F.lpad(F.abs(u).cast("string"), F.greatest(F.length(F.abs(u).cast("string")), s + 1), "0")
+        return let(digits, lambda d: F.concat(
+            F.when(u < 0, F.lit("-")).otherwise(F.lit("")),
+            F.substring(d, 1, F.length(d) - s),
+            F.when(s > 0, F.concat(F.lit("."), F.substring(d, F.length(d) - s + 1, 64))).otherwise(F.lit("")),
+        ))
+
+    unscaled = let(F.hex(F.try_to_binary(b64, F.lit("base64"))), from_hex)
+    return let(unscaled, lambda u: F.when(u.isNotNull(), F.try_parse_json(to_text(u))))
 
 
 def _time_text(micros: Column) -> Column:
@@ -148,11 +155,10 @@ def convert_value(v: Column, codec: Column) -> Column:
         .when(codec == "time_ms", _time_text(as_long * 1000).cast("variant"))
         .when(codec == "time_us", _time_text(as_long).cast("variant"))
         .when(codec == "time_ns", _time_text(F.floor(as_long / 1000)).cast("variant"))
-        .when(codec.startswith("decimal:"), _decimal_from_base64(as_text, decimal_scale))
-        .when(
-            codec == "vsdecimal",
-            _decimal_from_base64(F.try_variant_get(v, "$.value", "string"), F.try_variant_get(v, "$.scale", "int")),
-        )
+        .when(codec.startswith("decimal:") | (codec == "vsdecimal"), _decimal_from_base64(
+            F.when(codec == "vsdecimal", F.try_variant_get(v, "$.value", "string")).otherwise(as_text),
+            F.when(codec == "vsdecimal", F.try_variant_get(v, "$.scale", "int")).otherwise(decimal_scale.cast("int")),
+        ))
         .otherwise(v)
     )
 

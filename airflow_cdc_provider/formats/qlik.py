@@ -190,11 +190,16 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     )
     key_cols = F.transform(key_positions, lambda k: k["name"])
     qualified = F.when(lineage["table"].isNotNull(), F.concat_ws(".", lineage["schema"], lineage["table"]))
+    lineage_ms = F.coalesce(utc_millis(lineage["timestamp"]), F.lit(-1))
     version = F.struct(
-        F.coalesce(lineage["tableVersion"].try_cast("bigint"), F.lit(-1)).alias("version"),
-        F.coalesce(utc_millis(lineage["timestamp"]), F.lit(-1)).alias("lineage_ms"),
-        F.col("file").alias("file"),
-        F.col("file_pos").alias("file_pos"),
+        # Versions of a table sort by tableVersion, then announcement time, then landing order.
+        F.struct(
+            F.coalesce(lineage["tableVersion"].try_cast("bigint"), F.lit(-1)).alias("version"),
+            lineage_ms.alias("lineage_ms"),
+            F.col("file").alias("file"),
+            F.col("file_pos").alias("file_pos"),
+        ).alias("order"),
+        lineage_ms.alias("lineage_ms"),
         qualified.alias("qualified"),
         columns.alias("columns"),
         F.when(F.size(key_cols) > 0, key_cols).alias("key_cols"),
@@ -213,13 +218,7 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         lambda e: e["key"].isNotNull(),
     )
     exploded = entries.select("md", F.explode(keys).alias("k")).select("md", "k.tag", "k.key")
-    order = lambda l, r: F.when(l["version"] < r["version"], -1).when(l["version"] > r["version"], 1).otherwise(  # noqa: E731
-        F.when(l["lineage_ms"] < r["lineage_ms"], -1).when(l["lineage_ms"] > r["lineage_ms"], 1).otherwise(
-            F.when(l["file"] < r["file"], -1).when(l["file"] > r["file"], 1).otherwise(
-                F.when(l["file_pos"] < r["file_pos"], -1).when(l["file_pos"] > r["file_pos"], 1).otherwise(0)
-            )
-        )
-    )
+    order = lambda l, r: F.when(l["order"] < r["order"], -1).when(l["order"] > r["order"], 1).otherwise(0)  # noqa: E731,E741
     grouped = exploded.groupBy("tag", "key").agg(F.array_sort(F.collect_list("md"), order).alias("versions"))
     # For the by-columns lookup: each table's newest column set, with all its versions.
     per_table = F.transform(

@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 METRICS_FILE = "_cdc_metrics.json"
 ON_ERROR_CHOICES = ("quarantine", "fail")
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of jobs/session.py
 _FORBIDDEN_CHARS = ("\n", "\r", "\x00")
 
 
@@ -74,6 +75,33 @@ def _as_list(name: str, value: str | os.PathLike | Iterable[str] | None) -> list
     return [_checked(name, item) for item in value]
 
 
+def _columns(name: str, value: str | Iterable[str]) -> str:
+    """One ``COL[,COL...]`` value from a column name or a list of them."""
+    columns = _as_list(name, value)
+    for column in columns:
+        if "," in column or "=" in column:
+            raise CdcJobArgumentError(f"{name} entries are single column names, got {column!r}")
+    if not columns:
+        raise CdcJobArgumentError(f"{name} must name at least one column")
+    return ",".join(columns)
+
+
+def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None) -> tuple[str, ...]:
+    """``--key`` values: a column list for every table, or ``{table: columns}`` for named tables."""
+    if value is None or value == "":
+        return ()
+    if not isinstance(value, Mapping):
+        columns = value if isinstance(value, (str, os.PathLike)) else list(value)
+        return (_columns("key_columns", columns),) if columns else ()
+    out = []
+    for table, columns in value.items():
+        table = _checked("key_columns table", table)
+        if "=" in table or "," in table:
+            raise CdcJobArgumentError(f"key_columns table names must not contain '=' or ',', got {table!r}")
+        out.append(f"{table}={_columns(f'key_columns[{table!r}]', columns)}")
+    return tuple(out)
+
+
 def normalise_as_of(value: str | int | datetime) -> str:
     """AS OF as the job takes it: ISO-8601 with a UTC offset, or epoch milliseconds."""
     if isinstance(value, bool):
@@ -107,7 +135,7 @@ class SnapshotRequest:
     input_paths: Sequence[str]
     output_path: str
     as_of: str
-    key_columns: Sequence[str] = ()
+    key_arguments: Sequence[str] = ()  # each one --key value: "a,b" or "db.table=a,b"
     tables: Sequence[str] = ()
     on_error: str = "quarantine"
     with_metadata: bool = False
@@ -120,7 +148,7 @@ class SnapshotRequest:
         input_paths: str | os.PathLike | Iterable[str],
         output_path: str | os.PathLike,
         as_of: str | int | datetime,
-        key_columns: str | Iterable[str] | None = None,
+        key_columns: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
         tables: str | Iterable[str] | None = None,
         on_error: str = "quarantine",
         with_metadata: bool = False,
@@ -134,10 +162,7 @@ class SnapshotRequest:
         inputs = _as_list("input_paths", input_paths)
         if not inputs:
             raise CdcJobArgumentError("input_paths must name at least one path")
-        keys = _as_list("key_columns", key_columns)
-        for key in keys:
-            if "," in key:
-                raise CdcJobArgumentError(f"key_columns entries are single column names, got {key!r}")
+        keys = _key_arguments(key_columns)
         if on_error not in ON_ERROR_CHOICES:
             raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
         return cls(
@@ -145,7 +170,7 @@ class SnapshotRequest:
             input_paths=tuple(inputs),
             output_path=_checked("output_path", output_path),
             as_of=normalise_as_of(as_of),
-            key_columns=tuple(keys),
+            key_arguments=keys,
             tables=tuple(_as_list("tables", tables)),
             on_error=on_error,
             with_metadata=bool(with_metadata),
@@ -157,8 +182,8 @@ class SnapshotRequest:
         for path in self.input_paths:
             args += ["--input", path]
         args += ["--as-of", self.as_of, "--output", self.output_path]
-        if self.key_columns:
-            args += ["--key", ",".join(self.key_columns)]
+        for key in self.key_arguments:
+            args += ["--key", key]
         for table in self.tables:
             args += ["--table", table]
         args += ["--on-error", self.on_error]
@@ -175,7 +200,6 @@ class SparkTarget:
 
     master: str
     deploy_mode: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def driver_is_local(self) -> bool:
@@ -199,8 +223,7 @@ def spark_target_from_connection(conn: Any) -> SparkTarget:
         master = f"{conn.conn_type}://{host}"
     if conn.port:
         master = f"{master}:{conn.port}"
-    extra = conn.extra_dejson or {}
-    return SparkTarget(master=master, deploy_mode=extra.get("deploy-mode"), extra=extra)
+    return SparkTarget(master=master, deploy_mode=(conn.extra_dejson or {}).get("deploy-mode"))
 
 
 class CdcReplayHook(BaseHook):
@@ -249,6 +272,10 @@ class CdcReplayHook(BaseHook):
             # This machine's host name may not resolve to its loopback address.
             conf.setdefault("spark.driver.host", "127.0.0.1")
             conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        if target.master.startswith("local"):
+            # In local mode the driver JVM does all the work; spark-submit starts it before the job
+            # can configure anything, so the job's own local default (jobs/session.py) goes here.
+            conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
         return conf
 
     @staticmethod
@@ -316,7 +343,7 @@ class CdcReplayHook(BaseHook):
         if not isinstance(report, dict):
             return f"cdc-replay job failed: {text}"
         kind = report.get("type")
-        error = report.get("error", text)
+        error = report.get("error") or "(the job gave no message; see the task log)"
         return f"cdc-replay job failed: {kind}: {error}" if kind else f"cdc-replay job failed: {error}"
 
     @staticmethod

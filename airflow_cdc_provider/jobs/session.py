@@ -20,7 +20,7 @@ _LOCAL_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "4g",
+    "spark.driver.memory": "2g",
 }
 
 
@@ -30,7 +30,14 @@ def build_session(master: str | None = None, app_name: str = "cdc-replay", extra
     ``master=None`` means "whatever spark-submit configured", falling back to ``local[*]`` when
     the job runs as a plain Python process.
     """
+    import os
+    import sys
+
     from pyspark import SparkConf
+
+    # Python workers (Avro decoding) must run this interpreter, which has the package and its
+    # dependencies; PySpark reads only the environment variable, before the context starts.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     submitted = SparkConf().get("spark.master", None)  # set when running under spark-submit
     effective = master or submitted or DEFAULT_MASTER

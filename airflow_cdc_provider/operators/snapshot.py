@@ -40,7 +40,7 @@ class CdcSnapshotOperator(BaseOperator):
     :param as_of: the instant to rebuild: ISO-8601 with an offset, epoch milliseconds or an aware
         datetime. ``None`` or an empty rendered string means the run's data interval end. (templated)
     :param key_columns: key column name(s) for tables whose records do not name their key
-        (``--key``). (templated)
+        (``--key``), or a mapping ``{qualified table: column(s)}`` for per-table keys. (templated)
     :param tables: restrict the snapshot to these qualified table names (``--table``). (templated)
     :param conn_id: Airflow connection of type ``spark`` that gives the master (``local[*]``,
         ``spark://host:7077``, ``yarn``, ``k8s://...``); the task fails if it is missing.
@@ -67,7 +67,7 @@ class CdcSnapshotOperator(BaseOperator):
         input_paths: str | list[str],
         output_path: str,
         as_of: str | int | datetime | None = None,
-        key_columns: str | list[str] | None = None,
+        key_columns: str | list[str] | dict[str, str | list[str]] | None = None,
         tables: str | list[str] | None = None,
         conn_id: str = CdcReplayHook.default_conn_name,
         spark_conf: dict[str, Any] | None = None,

@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -31,7 +30,7 @@ from airflow_cdc_provider.replay.fold import (
 from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputError, OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
 from airflow_cdc_provider.replay.timeparse import format_as_of, parse_as_of
-from airflow_cdc_provider.replay.typing import table_schemas, typed_value
+from airflow_cdc_provider.replay.typing import key_columns_of, table_schemas, typed_value
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +120,10 @@ def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
         selected = selected | (t == name) | t.endswith("." + name)
     drop = (F.col("kind") == ev.KIND_CHANGE) | (F.col("kind") == ev.KIND_IGNORED)
     drop = drop & t.isNotNull() & ~selected
-    return events.withColumn("reason", F.when(drop, F.lit(ev.IGNORED_TABLE_FILTER)).otherwise(F.col("reason"))).withColumn(
-        "kind", F.when(drop, F.lit(ev.KIND_IGNORED)).otherwise(F.col("kind"))
-    )
+    return events.withColumns({
+        "reason": F.when(drop, F.lit(ev.IGNORED_TABLE_FILTER)).otherwise(F.col("reason")),
+        "kind": F.when(drop, F.lit(ev.KIND_IGNORED)).otherwise(F.col("kind")),
+    })
 
 
 def _position_text(file: str, line: int | None, file_pos: int, sub_pos: int | None) -> str:
@@ -153,9 +153,14 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
 
     files = list_landed_files(spark, list(spec.inputs))
     decoder = get_decoder(spec.source_format)
-    events = _select_tables(decoder.decode(spark, files, spec.decode_options), spec.tables)
+    decoded = decoder.decode(spark, files, spec.decode_options)
+    # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
+    # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
+    # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
+    events = _select_tables(decoded.localCheckpoint(eager=True), spec.tables)
     folded = fold(keyed_events(events, spec.keys, spec.as_of_ms))
-    resolved = resolve(folded).persist(StorageLevel.MEMORY_AND_DISK)
+    # Checkpointing the per-key result lets the small jobs after it plan against it alone.
+    resolved = resolve(folded).localCheckpoint(eager=True)
     try:
         return _write(spark, spec, target, files, events, resolved)
     except BaseException:
@@ -163,6 +168,7 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
         raise
     finally:
         resolved.unpersist()
+        events.unpersist()
 
 
 def _refuse_output_inside_inputs(spark: SparkSession, target: OutputTarget, inputs: tuple[str, ...]) -> None:
@@ -199,7 +205,7 @@ def _group_counts(resolved: DataFrame) -> list:
 
 
 def _write(spark, spec: SnapshotSpec, target: OutputTarget, files, events: DataFrame, resolved: DataFrame) -> dict:
-    groups = _group_counts(resolved)  # the one scan of the input happens here
+    groups = _group_counts(resolved)
     keyless = sorted({g["table"] for g in groups if g["_tag"] == TAG_NO_KEY})
     if keyless:
         raise MissingKeyError(
@@ -216,15 +222,21 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, files, events: DataF
 
     tables = sorted({g["table"] for g in groups if g["_tag"] in (TAG_ROW, TAG_TRUNCATE) and g["table"]})
 
-    def first_file_with(table: str, col: str, spark_type: str) -> str:
+    def first_seen(table: str, col: str, spark_type: str) -> tuple:
+        """(position, file, type) of the first event declaring ``col`` as ``spark_type`` (error path only)."""
+        from airflow_cdc_provider.replay.fold import ordering
+
         hit = (
             events.where((F.col("table") == table) & (F.col("types")[col] == spark_type))
-            .select(F.min("file").alias("f"))
-            .first()
+            .select(F.min_by(F.struct(ordering(events).alias("o"), F.col("file").alias("f")), ordering(events)).alias("m"))
+            .first()["m"]
         )
-        return hit["f"] if hit and hit["f"] else "an unknown file"
+        if hit is None:
+            return ((), "an unknown file", spark_type)
+        o = hit["o"]
+        return ((tuple(o["log_pos"] or ()), o["event_ms"] or 0, hit["f"], o["file_pos"]), hit["f"], spark_type)
 
-    schemas = table_schemas(resolved, tables, first_file_with)
+    schemas = table_schemas(resolved, tables, first_seen, key_columns_of(resolved))
     table_paths: dict[str, str] = {}
     rows_per_table: dict[str, int] = {}
     for table in tables:

@@ -30,6 +30,7 @@ TAG_NO_KEY = "K"  # row changes of a table nobody gave a key for: a configuratio
 
 # Op codes in the counting list.
 _OP_CODE = {ev.OP_INSERT: 1, ev.OP_READ: 1, ev.OP_UPDATE: 2, ev.OP_DELETE: 3}
+OP_CODE_MOVED_IN = 4
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def ordering(e: DataFrame) -> Column:
     return F.struct(
         F.col("log_pos").alias("log_pos"),
         F.col("event_ms").alias("event_ms"),
-        F.xxhash64("file").alias("file"),
+        F.col("file").alias("file"),
         F.col("file_pos").alias("file_pos"),
         F.coalesce(F.col("sub_pos"), F.lit(0)).alias("sub_pos"),
     )
@@ -88,7 +89,7 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     missing_key = F.col("_key_cols").isNotNull() & F.exists(F.col("_new_key"), lambda v: v.isNull())
     kind = F.when(is_row & missing_key, F.lit(ev.KIND_QUARANTINED)).otherwise(F.col("kind"))
     reason = F.when(is_row & missing_key, F.lit(ev.Q_MISSING_KEY)).otherwise(F.col("reason"))
-    staged = ev.plan_barrier(staged.withColumn("kind", kind).withColumn("reason", reason))
+    staged = ev.plan_barrier(staged.withColumns({"kind": kind, "reason": reason}))
 
     is_change = F.col("kind") == ev.KIND_CHANGE
     is_row = is_change & (F.col("op") != ev.OP_TRUNCATE)
@@ -116,6 +117,7 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
         (is_change & ~applied).alias("_after_as_of"),
         content_hash.alias("_hash"),
         F.when(key_moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False))).alias("_split"),
+        F.coalesce(key_moved, F.lit(False)).alias("_key_moved"),
     )
     # A key-changing update also deletes the old key, at the same position (never counted itself).
     keyed = ev.plan_barrier(keyed).select("*", F.explode("_split").alias("_moved_away")).drop("_split")
@@ -137,6 +139,8 @@ def fold(keyed: DataFrame) -> DataFrame:
     op_code = F.lit(0)
     for op, code in _OP_CODE.items():
         op_code = F.when(F.col("op") == op, F.lit(code)).otherwise(op_code)
+    # The new-key half of a key-changing update: an update of a row that existed (under its old key).
+    op_code = F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(op_code)
     last_meta = F.struct(F.col("op"), F.col("event_ms"), F.col("log_pos"), F.col("file"), F.col("line"))
     counted = applied & ~F.col("_moved_away")
     return keyed.groupBy("table", "_tag", "_key").agg(
@@ -151,4 +155,5 @@ def fold(keyed: DataFrame) -> DataFrame:
         F.max(F.when(applied, F.col("event_ms"))).alias("last_event_ms"),
         F.collect_set(F.when(applied & F.col("types").isNotNull(), F.map_entries(F.col("types")))).alias("type_sigs"),
         F.min_by(F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw"), F.col("_ord")).alias("first"),
+        F.first("_key_cols", ignorenulls=True).alias("key_names"),
     )

@@ -69,7 +69,7 @@ def _walk(history: Column, truncs: Column) -> Column:
             F.when(x["counted"], x["h"]).otherwise(s["prev_h"]).alias("prev_h"),
             x["ord"].alias("prev_ord"),
             (s["inserts"] + F.when(count & (op == 1), 1).otherwise(0)).alias("inserts"),
-            (s["updates"] + F.when(count & (op == 2), 1).otherwise(0)).alias("updates"),
+            (s["updates"] + F.when(count & ((op == 2) | (op == 4)), 1).otherwise(0)).alias("updates"),
             (s["deletes"] + F.when(count & (op == 3) & exists, 1).otherwise(0)).alias("deletes"),
             (s["duplicates"] + F.when(dup, 1).otherwise(0)).alias("duplicates"),
             (s["deletes_unknown"] + F.when(count & (op == 3) & ~exists, 1).otherwise(0)).alias("deletes_unknown"),

@@ -87,10 +87,20 @@ def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
     return [(r["table"], r["col"], r["vtype"], r["pos"]) for r in rows]
 
 
+def key_columns_of(resolved: DataFrame) -> dict[str, list[str]]:
+    """The key column names each table was folded by (for tables whose rows are all gone)."""
+    rows = resolved.where(F.col("_tag") == TAG_ROW).groupBy("table").agg(F.first("key_names").alias("k")).collect()
+    return {r["table"]: list(r["k"] or []) for r in rows}
+
+
 def table_schemas(
-    resolved: DataFrame, tables: list[str], first_file_with: "callable"
+    resolved: DataFrame, tables: list[str], first_seen: "callable", key_columns: dict[str, list[str]]
 ) -> dict[str, TableSchema]:
-    """Merge declared and inferred types into one ordered schema per table."""
+    """Merge declared and inferred types into one ordered schema per table.
+
+    A table none of whose rows survive and that declares no types still gets its key columns
+    (as strings), so its snapshot is an empty table rather than a missing one.
+    """
     schemas = {t: TableSchema() for t in tables}
     for table, sig in sorted(declared_signatures(resolved), key=lambda s: (s[0], -len(s[1]), s[1])):
         columns = schemas.setdefault(table, TableSchema()).columns
@@ -100,8 +110,8 @@ def table_schemas(
                 continue
             merged = widen(columns[col], spark_type)
             if merged is None:
-                old, new = columns[col], spark_type
-                where = first_file_with(table, col, new)
+                seen = sorted([first_seen(table, col, columns[col]), first_seen(table, col, spark_type)])
+                (_, _, old), (_, where, new) = seen
                 raise SchemaDriftError(
                     f"table {table}: column {col} changes type from {old} to {new} "
                     f"(first seen as {new} in {where}); only lossless widening (int to bigint, float to double, "
@@ -113,6 +123,10 @@ def table_schemas(
         columns = schemas.setdefault(table, TableSchema()).columns
         if col not in columns:
             columns[col] = _inferred(vtype)
+    for table, schema in schemas.items():
+        if not schema.columns:
+            for col in key_columns.get(table, []):
+                schema.columns[col] = "string"
     return schemas
 
 

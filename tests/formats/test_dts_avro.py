@@ -42,7 +42,7 @@ from airflow_cdc_provider.formats.dts_avro_schema import NAMESPACE, OPERATIONS, 
 from airflow_cdc_provider.landing import list_landed_files  # noqa: E402
 from airflow_cdc_provider.replay.events import Q_BAD_AVRO  # noqa: E402
 
-from conftest import assert_events_add_up  # noqa: E402
+from tests.conftest import assert_events_add_up  # noqa: E402
 
 WRITER = fastavro.parse_schema(record_schema())
 OLD_WRITER = fastavro.parse_schema(record_schema(born_timestamp=False))

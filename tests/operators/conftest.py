@@ -1,13 +1,13 @@
 """Airflow set-up for the operator tests: a throw-away AIRFLOW_HOME, migrated once per session.
 
-``airflow_env`` sets the environment at import, before any test module here imports airflow.
+``tests.airflow_env`` sets the environment at import, before any test module here imports airflow.
 """
 
 from __future__ import annotations
 
 import pytest
 
-import airflow_env
+from tests import airflow_env
 
 
 @pytest.fixture(scope="session")
