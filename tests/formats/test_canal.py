@@ -162,12 +162,6 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
     assert ddl["types"] is None and ddl["raw"] == SEED_DDL_CLEAN
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="engine: fold.keyed_events sets `reason` after `kind` was already replaced, so its own "
-    "'missing key' quarantine gets reason None and build_metrics fails sorting the reasons",
-)
 def test_seed_samples_replay(replay, tmp_path):
     d = tmp_path / "seed"
     # The row the seed's DELETE removes, inserted first (full row), and a second row that stays.
