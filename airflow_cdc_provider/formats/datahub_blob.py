@@ -6,7 +6,7 @@ One JSON object per message: ``schema`` (``dataColumn`` names and types, ``prima
 
 * Ops: INSERT, DELETE, UPDATE_AFTER (alone or carrying its ``before`` in the same message), plain
   UPDATE (treated as UPDATE_AFTER), and UPDATE_BEFOR / UPDATE_BEFORE (the first half of a split
-  update: counted as ignored "update before-image", its row becomes the update's ``before``).
+  update: counted as ignored "update before image", its row becomes the update's ``before``).
   TRUNCATE empties the table. Other DDL ops (CREATE, ALTER, ERASE, QUERY, RENAME, CINDEX,
   DINDEX), MHEARTBEAT and transaction markers (TRANSACTION_BEGIN/END, GTID, XACOMMIT,
   XAROLLBACK) are ignored and counted. Ops are case-sensitive, as documented.

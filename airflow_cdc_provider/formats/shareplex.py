@@ -32,7 +32,7 @@ RECORD_SCHEMA = StructType(
 )
 
 # Ignored-record reason for an UPDATE BEFORE record: its values travel in the paired UPDATE AFTER event.
-IGNORED_UPDATE_BEFORE = "update before image"
+IGNORED_UPDATE_BEFORE = ev.IGNORED_UPDATE_BEFORE
 ROWID_COLUMN = "rowid"
 
 _BEFORE = "update before"

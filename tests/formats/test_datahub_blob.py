@@ -170,7 +170,7 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
     assert pick(events, "table", "kind", "op", "reason", "event_ms", "log_pos", "key_cols", "types") == [
         {"table": SEED_TABLE, "kind": "change", "op": "insert", "reason": None, "event_ms": 1605339932000,
          "log_pos": [1605339516000000004], "key_cols": ["id", "name"], "types": SEED_TYPES},
-        {"table": SEED_TABLE, "kind": "ignored", "op": None, "reason": "update before-image", "event_ms": 1605339934000,
+        {"table": SEED_TABLE, "kind": "ignored", "op": None, "reason": "update before image", "event_ms": 1605339934000,
          "log_pos": [1605339516000000005], "key_cols": None, "types": None},
         {"table": SEED_TABLE, "kind": "change", "op": "update", "reason": None, "event_ms": 1605339934000,
          "log_pos": [1605339516000000005], "key_cols": ["id", "name"], "types": SEED_TYPES},
@@ -202,7 +202,7 @@ def test_seed_samples_replay(replay, tmp_path, as_of, rows, applied, after_as_of
     assert tables == {SEED_TABLE: rows}
     assert metrics["events"] == {"read": 6, "applied": applied, "after_as_of": after_as_of, "ignored": 3,
                                  "duplicates": 0, "quarantined": 0}
-    assert metrics["ignored"] == {"ddl": 1, "heartbeat": 1, "update before-image": 1}
+    assert metrics["ignored"] == {"ddl": 1, "heartbeat": 1, "update before image": 1}
     assert_events_add_up(metrics)
 
 
@@ -276,8 +276,8 @@ def test_update_pairs_full_load_order_and_truncate(spark, replay, tmp_path):
 
     events = decode(spark, d)
     assert [(e["kind"], e["op"] or e["reason"]) for e in events] == [
-        ("ignored", "transaction marker"), ("change", "insert"), ("ignored", "update before-image"),
-        ("change", "update"), ("ignored", "update before-image"), ("change", "update"), ("change", "update"),
+        ("ignored", "transaction marker"), ("change", "insert"), ("ignored", "update before image"),
+        ("change", "update"), ("ignored", "update before image"), ("change", "update"), ("change", "update"),
         ("ignored", "transaction marker"), ("ignored", "heartbeat"), ("ignored", "ddl"),
         *[("change", "read")] * 6,
         ("change", "truncate"),
@@ -297,7 +297,7 @@ def test_update_pairs_full_load_order_and_truncate(spark, replay, tmp_path):
     }
     assert metrics["events"] == {"read": 17, "applied": 11, "after_as_of": 0, "ignored": 6, "duplicates": 0,
                                  "quarantined": 0}
-    assert metrics["ignored"] == {"ddl": 1, "heartbeat": 1, "transaction marker": 2, "update before-image": 2}
+    assert metrics["ignored"] == {"ddl": 1, "heartbeat": 1, "transaction marker": 2, "update before image": 2}
     assert metrics["tables"]["db.t2"]["truncates"] == 1
     assert_events_add_up(metrics)
 

@@ -85,7 +85,7 @@ def test_seed_example_decodes_exactly(spark, tmp_path):
     assert pick(events, "table", "kind", "op", "reason", "event_ms", "log_pos", "sub_pos", "line") == [
         {"table": "demo.orders", "kind": "change", "op": "insert", "reason": None, "event_ms": 1649991726000,
          "log_pos": [1649991610688000000], "sub_pos": 0, "line": 2},
-        {"table": "demo.orders", "kind": "ignored", "op": None, "reason": "update before-image",
+        {"table": "demo.orders", "kind": "ignored", "op": None, "reason": "update before image",
          "event_ms": 1649991756000, "log_pos": [1649991610688000001], "sub_pos": 0, "line": 3},
         {"table": "demo.orders", "kind": "change", "op": "update", "reason": None, "event_ms": 1649991756000,
          "log_pos": [1649991610688000001], "sub_pos": 0, "line": 4},
@@ -125,7 +125,7 @@ def test_seed_example_replays(replay, tmp_path, as_of, rows, applied, after_as_o
     assert tables == {"demo.orders": rows}
     assert metrics["events"] == {"read": 4, "applied": applied, "after_as_of": after_as_of, "ignored": 1,
                                  "duplicates": 0, "quarantined": 0}
-    assert metrics["ignored"] == {"update before-image": 1}
+    assert metrics["ignored"] == {"update before image": 1}
     assert_events_add_up(metrics)
 
 
