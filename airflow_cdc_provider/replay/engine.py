@@ -24,6 +24,7 @@ from airflow_cdc_provider.replay.fold import (
     TAG_ROW,
     TAG_TRUNCATE,
     KeyConfig,
+    content_hash,
     fold,
     keyed_events,
 )
@@ -157,7 +158,12 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
     # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
-    events = _select_tables(decoded.localCheckpoint(eager=True), spec.tables)
+    # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
+    slim = decoded.withColumns({
+        "_content_hash": content_hash(),
+        "raw": F.when(F.col("kind") == ev.KIND_QUARANTINED, F.col("raw")),
+    })
+    events = _select_tables(slim.localCheckpoint(eager=True), spec.tables)
     folded = fold(keyed_events(events, spec.keys, spec.as_of_ms))
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
     resolved = resolve(folded).localCheckpoint(eager=True)

@@ -58,6 +58,11 @@ def ordering(e: DataFrame) -> Column:
     )
 
 
+def content_hash() -> Column:
+    """Identity of an exact duplicate: same table, same position, same record as landed."""
+    return F.xxhash64(F.col("table"), F.col("log_pos"), F.col("event_ms"), F.col("raw"), F.col("sub_pos"))
+
+
 def _key_values(image: Column, fallback: Column, cols: Column) -> Column:
     """Key values as strings (variants cannot be grouped): from ``image``, else from ``fallback``."""
 
@@ -108,14 +113,13 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     )
     key_moved = is_row & (F.col("op") == ev.OP_UPDATE) & (F.col("_old_key") != F.col("_new_key")) & F.col("before").isNotNull()
     applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
-    content_hash = F.xxhash64(F.col("table"), F.col("log_pos"), F.col("event_ms"), F.col("raw"), F.col("sub_pos"))
     keyed = staged.select(
         "*",
         tag.alias("_tag"),
         group_key.alias("_key"),
         (is_change & applied).alias("_applied"),
         (is_change & ~applied).alias("_after_as_of"),
-        content_hash.alias("_hash"),
+        F.col("_content_hash").alias("_hash"),
         F.when(key_moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False))).alias("_split"),
         F.coalesce(key_moved, F.lit(False)).alias("_key_moved"),
     )
