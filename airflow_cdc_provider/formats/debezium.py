@@ -146,9 +146,10 @@ class DebeziumJsonDecoder(Decoder):
         e = F.col("e")
         src = e["source"]
 
+        # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
         declared_columns = F.coalesce(
-            F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after")[0]["fields"],
-            F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before")[0]["fields"],
+            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after"), F.lit(1))["fields"],
+            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before"), F.lit(1))["fields"],
         )
         declared = column_types(declared_columns)
         hbase = _is_hbase(e) & declared.isNull()

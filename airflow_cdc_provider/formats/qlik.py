@@ -19,8 +19,9 @@ record once; nothing is cached.
 ``columnMask`` (hex, little-endian bytes: bit ``ordinal - 1``) says which columns the message
 carries. A column whose bit is clear was not captured (Oracle without full supplemental logging): it
 is left out of the image and the image is marked partial, so the column keeps its previous value.
-``changeSequence`` (``YYYYMMDDHHmmSShh`` + a 19-digit counter) becomes the log position; full-load
-``REFRESH`` rows have none and order before every change.
+``changeSequence`` (``YYYYMMDDHHmmSShh`` + a 19-digit counter) becomes the log position. Full-load
+``REFRESH`` rows get position ``[0, 0, 0]`` (Replicate leaves their CDC headers empty), so they order
+before every change of their table, and no event time, so no AS OF excludes them.
 """
 
 from __future__ import annotations

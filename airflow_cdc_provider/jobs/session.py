@@ -14,6 +14,9 @@ _JOB_CONF = {
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # This rule copies a generator's input expression into an inferred filter pushed below it;
+    # over decoder expressions that made plans grow from kilobytes to tens of megabytes.
+    "spark.sql.optimizer.excludedRules": "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromGenerate",
 }
 # Only for an embedded local master: this machine's host name does not resolve to loopback.
 _LOCAL_CONF = {

@@ -124,7 +124,7 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
         F.coalesce(key_moved, F.lit(False)).alias("_key_moved"),
     )
     # A key-changing update also deletes the old key, at the same position (never counted itself).
-    keyed = ev.plan_barrier(keyed).select("*", F.explode("_split").alias("_moved_away")).drop("_split")
+    keyed = ev.plan_barrier(keyed).select("*", F.explode_outer("_split").alias("_moved_away")).drop("_split")
     return keyed.select(
         *[c for c in keyed.columns if c not in ("_key", "op", "after", "partial")],
         F.when(F.col("_moved_away"), F.col("_old_key")).otherwise(F.col("_key")).alias("_key"),

@@ -148,3 +148,12 @@ def test_cdl_message_version_2_types_come_from_the_schema(replay, spark, tmp_pat
     schema = spark.read.parquet(metrics["tables"]["cdl.public.ct_pg2hudi"]["path"]).schema
     assert [(f.name, f.dataType.simpleString()) for f in schema.fields] == [
         ("count1", "bigint"), ("id", "int"), ("time1", "string"), ("decimalNum", "string")]
+
+
+def test_heartbeat_with_a_schema_block_is_ignored(replay, tmp_path):
+    heartbeat = {"schema": {"type": "struct", "fields": [{"type": "int64", "field": "ts_ms"}]},
+                 "payload": {"ts_ms": 1725260000000}}
+    metrics, tables = replay("debezium-json", write_jsonl(tmp_path / "in" / "a.json", [heartbeat, INSERT]), key="id")
+    assert tables == {"default.customers": [{"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}]}
+    assert metrics["ignored"] == {"heartbeat": 1}
+    assert_events_add_up(metrics)
