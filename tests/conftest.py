@@ -74,3 +74,21 @@ def write_jsonl(path: Path, records: list) -> Path:
     lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def decode_events(spark, fmt: str, paths, **options) -> list[dict]:
+    """Canonical events of ``paths`` in landing order, images as plain Python values."""
+    from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+    from airflow_cdc_provider.landing import list_landed_files
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    df = get_decoder(fmt).decode(spark, list_landed_files(spark, [str(p) for p in paths]), DecodeOptions(**options))
+    out = []
+    for row in df.orderBy("file", "file_pos", "sub_pos").collect():
+        d = row.asDict()
+        for side in ("before", "after"):
+            if d[side] is not None:
+                d[side] = {k: None if v is None else v.toPython() for k, v in d[side].items()}
+        out.append(d)
+    return out

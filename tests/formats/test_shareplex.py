@@ -96,18 +96,9 @@ def rec(op: str, data=None, key=None, *, table="S.T", time="2024-01-01T00:00:00"
 
 def decode(spark, path: Path, **options) -> list[dict]:
     """Canonical events of ``path`` in landing order, images as plain Python values."""
-    from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-    from airflow_cdc_provider.landing import list_landed_files
+    from tests.conftest import decode_events
 
-    df = get_decoder(FMT).decode(spark, list_landed_files(spark, [str(path)]), DecodeOptions(**options))
-    out = []
-    for row in df.orderBy("file", "file_pos", "sub_pos").collect():
-        d = row.asDict()
-        for side in ("before", "after"):
-            if d[side] is not None:
-                d[side] = {k: None if v is None else v.toPython() for k, v in d[side].items()}
-        out.append(d)
-    return out
+    return decode_events(spark, FMT, path, **options)
 
 
 def write(path: Path, text: str) -> Path:
