@@ -88,25 +88,27 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
     return [found[k] for k in sorted(found)]
 
 
-def _strip_bom_and_cr(text: Column) -> Column:
-    text = F.regexp_replace(text, "^\ufeff", "")
-    return F.regexp_replace(text, "\r$", "")
+def _strip_bom(text: Column) -> Column:
+    return F.when(text.startswith("\ufeff"), F.substring(text, 2, 2**31 - 1)).otherwise(text)
+
+
+def _strip_cr(text: Column) -> Column:
+    # Plain comparisons, not regular expressions: this runs once per landed line.
+    return F.when(text.endswith("\r"), F.substring(text, 1, F.length(text) - 1)).otherwise(text)
 
 
 def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     files = spark.read.text(paths, wholetext=True).select(
-        F.col("_metadata.file_path").alias("file"), F.regexp_replace(F.col("value"), "^\ufeff", "").alias("content")
+        F.col("_metadata.file_path").alias("file"), _strip_bom(F.col("value")).alias("content")
     )
-    lines = F.split(F.col("content"), "\n")
-    first_text = F.filter(F.col("lines"), lambda l: F.trim(l) != "")[0]
     # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
-    document = F.coalesce(F.trim(first_text).isin("{", "["), F.lit(False))
+    document = F.col("content").rlike(r"^\s*[\[{][ \t\r]*(\n|$)")
     # Materialise the split once per file: expressions beside a generator are re-evaluated per output row.
-    per_file = files.select("file", "content", lines.alias("lines")).select(
+    per_file = files.select(
         "file",
         document.alias("document"),
         F.col("content").endswith("\n").alias("terminated"),
-        F.when(document, F.array(F.col("content"))).otherwise(F.col("lines")).alias("records"),
+        F.when(document, F.array(F.col("content"))).otherwise(F.split(F.col("content"), "\n")).alias("records"),
     ).select("file", "document", "terminated", "records", F.size("records").alias("n"))
     exploded = plan_barrier(per_file).select(
         "file", "document", "terminated", "n", F.posexplode("records").alias("idx", "text")
@@ -116,7 +118,7 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         "file",
         F.col("idx").cast("long").alias("file_pos"),
         (F.col("idx") + 1).cast("long").alias("line"),
-        F.when(F.col("document"), F.col("text")).otherwise(_strip_bom_and_cr(F.col("text"))).alias("text"),
+        F.when(F.col("document"), F.col("text")).otherwise(_strip_cr(F.col("text"))).alias("text"),
         (last & ~F.col("terminated") & ~F.col("document")).alias("unterminated"),
     )
 
@@ -127,7 +129,7 @@ def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         F.col("_metadata.file_path").alias("file"),
         (F.col("_metadata.file_block_start") * F.lit(1 << _SPLIT_INDEX_BITS) + in_partition).alias("file_pos"),
         F.lit(None).cast("long").alias("line"),
-        _strip_bom_and_cr(F.col("value")).alias("text"),
+        _strip_cr(_strip_bom(F.col("value"))).alias("text"),
         # A split cannot see whether its last line ends the file; truncation is caught by parsing.
         F.lit(False).alias("unterminated"),
     )

@@ -164,11 +164,16 @@ def convert_value(v: Column, codec: Column) -> Column:
 
 
 def convert_image(image: Column, declared: Column) -> Column:
-    """Convert every value of a ``map<string,variant>`` image by the declared codec of its column."""
-    return F.transform_values(
+    """Convert every value of a ``map<string,variant>`` image by the declared codec of its column.
+
+    Without a schema block there is nothing to convert; skipping the per-value walk then matters
+    because higher-order functions run interpreted, not code-generated.
+    """
+    converted = F.transform_values(
         image,
         lambda k, v: F.when(F.is_variant_null(v), v).otherwise(convert_value(v, declared[k]["codec"])),
     )
+    return F.when(declared.isNull(), image).otherwise(converted)
 
 
 def _fits(v: Column, spark_type: Column) -> Column:
@@ -181,7 +186,7 @@ def _fits(v: Column, spark_type: Column) -> Column:
 
 def image_conversion_failed(image: Column, converted: Column, declared: Column) -> Column:
     """True when a non-null value did not convert to its codec, or does not fit its declared type."""
-    return F.exists(
+    failed = F.exists(
         F.map_keys(image),
         lambda k: ~F.is_variant_null(image[k])
         & (
@@ -193,3 +198,4 @@ def image_conversion_failed(image: Column, converted: Column, declared: Column) 
             )
         ),
     )
+    return F.when(declared.isNull(), F.lit(False)).otherwise(failed)

@@ -147,7 +147,10 @@ def fold(keyed: DataFrame) -> DataFrame:
     op_code = F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(op_code)
     last_meta = F.struct(F.col("op"), F.col("event_ms"), F.col("log_pos"), F.col("file"), F.col("line"))
     counted = applied & ~F.col("_moved_away")
-    return keyed.groupBy("table", "_tag", "_key").agg(
+    # A leading 64-bit hash makes the aggregation's sort (it falls back to sorting past a few
+    # hundred keys per task) compare longs instead of table names and key arrays.
+    group_hash = F.xxhash64("table", "_tag", "_key").alias("_group_hash")
+    return keyed.groupBy(group_hash, "table", "_tag", "_key").agg(
         F.count(F.when(~F.col("_moved_away"), 1)).alias("n"),
         F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
         F.max_by(F.when(reset, F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))), F.when(reset, ord_)).alias("reset"),
@@ -160,4 +163,4 @@ def fold(keyed: DataFrame) -> DataFrame:
         F.collect_set(F.when(applied & F.col("types").isNotNull(), F.map_entries(F.col("types")))).alias("type_sigs"),
         F.min_by(F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw"), F.col("_ord")).alias("first"),
         F.first("_key_cols", ignorenulls=True).alias("key_names"),
-    )
+    ).drop("_group_hash")
