@@ -5,7 +5,7 @@ One message carries several rows of one table: ``data[i]`` is row i after the ch
 JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
 values are typed here. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
 leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
-an ``ALTER TABLE ... ADD COLUMN`` also reports the added columns' types on its ignored event.
+an ``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.ddl``).
 
 The plan is built in stages (parse, declare types, type the rows once, classify, explode) with plan
 barriers between them, so that the large per-value conversion appears once in the plan instead of
@@ -26,6 +26,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 from airflow_cdc_provider.landing import LandedFile
@@ -78,10 +79,6 @@ _JDBC = {
     "2014": "timestamp", **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
 }
 # ALTER TABLE ... ADD [COLUMN] name type: names that start a constraint or an index are not columns.
-_ADD_COLUMN = (
-    r"(?i)\bADD\s+(?:COLUMN\s+)?(?!(?:INDEX|KEY|PRIMARY|UNIQUE|CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|PARTITION|CHECK)\b)"
-    r"`?([A-Za-z0-9_$]+)`?\s+([A-Za-z]+(?:\s+precision)?(?:\s*\([^)]*\))?(?:\s+unsigned)?)"
-)
 _EMPTY_TEXT_MAP = "map<string,string>"
 
 
@@ -131,13 +128,6 @@ def declared_types(mysql_types: Column, sql_types: Column) -> Column:
         lambda k, c: jdbc_spark_type(c),
     )
     return F.when(mysql_types.isNotNull() | sql_types.isNotNull(), F.map_concat(from_mysql, only_jdbc))
-
-
-def added_columns(sql: Column) -> Column:
-    """``map<column, MySQL type>`` of the columns an ``ALTER TABLE ... ADD`` statement adds (null when none)."""
-    names = F.regexp_extract_all(sql, F.lit(_ADD_COLUMN), 1)
-    mysql_types = F.regexp_extract_all(sql, F.lit(_ADD_COLUMN), 2)
-    return F.when(F.size(names) > 0, F.map_from_arrays(names, mysql_types))
 
 
 def _latin1_bytes(text: Column) -> Column:
@@ -230,6 +220,7 @@ class CanalJsonDecoder(Decoder):
             # A DDL's own "declared types" are the columns it adds.
             F.when(is_ddl_event, added_columns(j["sql"])).otherwise(j["mysqlType"]).alias("mysql_types"),
             F.when(~is_ddl_event, j["sqlType"]).alias("sql_types"),
+            F.when(is_ddl_event, dropped_columns(j["sql"])).alias("dropped"),
         )
 
     @staticmethod
@@ -308,7 +299,7 @@ class CanalJsonDecoder(Decoder):
                 event_ms=F.col("es"),
                 log_pos=F.when(F.col("es").isNotNull(), F.array_compact(F.array(F.col("es"), F.col("message_id")))),
                 sub_pos=F.col("sub_pos"),
-                before=F.col("image.before"),
+                before=F.when(ddl, F.col("dropped")).otherwise(F.col("image.before")),
                 after=F.col("image.after"),
                 partial=F.lit(False),
                 key_cols=F.col("key_cols"),

@@ -73,6 +73,8 @@ CANONICAL_EVENT_SCHEMA = StructType(
         StructField("sub_pos", IntegerType()),  # row index inside a multi-row message
         StructField("tx_id", StringType()),
         StructField("tx_end", BooleanType()),
+        # An ignored DDL event's ``before`` lists the columns it drops (as nulls), and its
+        # ``types`` the columns it adds: the two DDL effects a snapshot shows.
         StructField("before", IMAGE_TYPE),
         StructField("after", IMAGE_TYPE),
         StructField("partial", BooleanType()),  # after image carries only changed columns

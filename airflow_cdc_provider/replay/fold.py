@@ -9,7 +9,8 @@ once. Per key the aggregation keeps
   * a compact list of (position, op, content hash) from which the counts are derived in position
     order: exact duplicates, deletes of unknown keys, updates that create their row, truncates.
 Non-row records travel through the same aggregation under group tags, so one shuffle of one scan
-yields the snapshot, the quarantine and every count.
+yields the snapshot, the quarantine and every count; a table's DDL events (one group) also
+yield the columns it added and dropped before AS OF (``ddl_changes``).
 """
 
 from __future__ import annotations
@@ -113,11 +114,13 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     )
     key_moved = is_row & (F.col("op") == ev.OP_UPDATE) & (F.col("_old_key") != F.col("_new_key")) & F.col("before").isNotNull()
     applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
+    is_ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
     keyed = staged.select(
         "*",
         tag.alias("_tag"),
         group_key.alias("_key"),
         (is_change & applied).alias("_applied"),
+        (is_ddl & applied).alias("_ddl_applied"),
         (is_change & ~applied).alias("_after_as_of"),
         F.col("_content_hash").alias("_hash"),
         F.when(key_moved, F.array(F.lit(False), F.lit(True))).otherwise(F.array(F.lit(False))).alias("_split"),
@@ -137,6 +140,7 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
 def fold(keyed: DataFrame) -> DataFrame:
     """One aggregation per (table, tag, key): the folded state plus what the counts need."""
     applied = F.col("_applied")
+    ddl = F.col("_ddl_applied")
     partial_update = applied & (F.col("op") == ev.OP_UPDATE) & F.col("partial")
     reset = applied & ~partial_update & (F.col("op") != ev.OP_TRUNCATE)
     ord_ = F.col("_ord")
@@ -160,7 +164,12 @@ def fold(keyed: DataFrame) -> DataFrame:
         ).alias("history"),
         F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),
         F.max(F.when(applied, F.col("event_ms"))).alias("last_event_ms"),
-        F.collect_set(F.when(applied & F.col("types").isNotNull(), F.map_entries(F.col("types")))).alias("type_sigs"),
+        F.collect_set(F.when((applied | ddl) & F.col("types").isNotNull(), F.map_entries(F.col("types")))).alias("type_sigs"),
+        F.collect_list(F.when(ddl & (F.col("types").isNotNull() | F.col("before").isNotNull()), F.struct(
+            ord_.alias("ord"),
+            F.coalesce(F.map_keys("types"), F.array().cast("array<string>")).alias("added"),
+            F.coalesce(F.map_keys("before"), F.array().cast("array<string>")).alias("cols"),
+        ))).alias("ddl_changes"),
         F.min_by(F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw"), F.col("_ord")).alias("first"),
         F.first("_key_cols", ignorenulls=True).alias("key_names"),
     ).drop("_group_hash")

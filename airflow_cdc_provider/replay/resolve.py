@@ -10,17 +10,22 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.replay import events as ev
-from airflow_cdc_provider.replay.fold import TAG_ROW, TAG_TRUNCATE
+from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW, TAG_TRUNCATE
 
 
 
-def truncate_positions(folded: DataFrame) -> DataFrame:
-    """``table, truncs``: the applied truncate positions of each table."""
+def table_changes(folded: DataFrame) -> DataFrame:
+    """``table, truncs, drops``: the applied truncate positions and column drops of each table."""
+    tag = F.col("_tag")
+    truncs = F.when(tag == TAG_TRUNCATE, F.transform("history", lambda h: h["ord"]))
+    drops = F.when(tag == TAG_IGNORED, F.filter("ddl_changes", lambda c: F.size(c["cols"]) > 0))
     return (
-        folded.where(F.col("_tag") == TAG_TRUNCATE)
-        .select("table", F.explode("history").alias("h"))
+        folded.where(tag.isin(TAG_TRUNCATE, TAG_IGNORED))
         .groupBy("table")
-        .agg(F.collect_list(F.col("h.ord")).alias("truncs"))
+        .agg(
+            F.flatten(F.collect_list(truncs)).alias("truncs"),
+            F.flatten(F.collect_list(drops)).alias("drops"),
+        )
     )
 
 
@@ -81,10 +86,35 @@ def _walk(history: Column, truncs: Column) -> Column:
     return F.aggregate(ordered, typed_init, step)
 
 
+def _merged_image(base_image: Column, base_ord: Column, later: Column, drops: Column) -> Column:
+    """The base image with the later partial images laid over it in order: latest writer wins.
+
+    When the table dropped columns, each value remembers when it was written, and a value written
+    before a drop of its column is removed: a snapshot after ``DROP COLUMN`` no longer has it.
+    """
+    plain = F.aggregate(
+        later,
+        base_image,
+        lambda acc, p: F.map_concat(F.map_filter(acc, lambda k, v: ~F.map_contains_key(p["after"], k)), p["after"]),
+    )
+    stamped = F.aggregate(
+        later,
+        F.transform_values(base_image, lambda k, v: F.struct(v.alias("v"), base_ord.alias("o"))),
+        lambda acc, p: F.map_concat(
+            F.map_filter(acc, lambda k, v: ~F.map_contains_key(p["after"], k)),
+            F.transform_values(p["after"], lambda k, v: F.struct(v.alias("v"), p["ord"].alias("o"))),
+        ),
+    )
+    surviving = F.map_filter(
+        stamped,
+        lambda k, s: ~F.exists(drops, lambda d: F.array_contains(d["cols"], k) & (s["o"].isNull() | (d["ord"] > s["o"]))),
+    )
+    return F.when(F.coalesce(F.size(drops), F.lit(0)) > 0, F.transform_values(surviving, lambda k, s: s["v"])).otherwise(plain)
+
+
 def resolve(folded: DataFrame) -> DataFrame:
     """Per row group: ``exists``, the final ``image``, and the counts (other tags pass through)."""
-    truncs = truncate_positions(folded)
-    rows = folded.join(F.broadcast(truncs), on="table", how="left")
+    rows = folded.join(F.broadcast(table_changes(folded)), on="table", how="left")
     latest_trunc = F.array_max(F.col("truncs"))
     reset = F.col("reset")
     trunc_wins = latest_trunc.isNotNull() & (reset.isNull() | (latest_trunc > reset["ord"]))
@@ -94,11 +124,7 @@ def resolve(folded: DataFrame) -> DataFrame:
     later = F.array_sort(
         F.filter(F.col("partials"), lambda p: base_ord.isNull() | (p["ord"] > base_ord)), _by_ord
     )
-    image = F.aggregate(
-        later,
-        base_image,
-        lambda acc, p: F.map_concat(F.map_filter(acc, lambda k, v: ~F.map_contains_key(p["after"], k)), p["after"]),
-    )
+    image = _merged_image(base_image, base_ord, later, F.col("drops"))
     counts = _walk(F.col("history"), F.col("truncs"))
     is_row = F.col("_tag") == TAG_ROW
     return rows.select(

@@ -3,7 +3,8 @@
 Declared types (a format's schema block, mysqlType, Avro field types...) win; columns no record
 declares get the type their final values hold (JSON numbers without a fraction are bigint, with a
 fraction double, objects and arrays are kept as JSON text). Declared types that change inside a run
-are merged when the change is lossless and stop the job otherwise.
+are merged when the change is lossless and stop the job otherwise. Columns a DDL added before AS OF
+are part of the schema; columns it dropped are not (unless added back).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.replay.fold import TAG_ROW
+from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW
 
 _INTEGRAL_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 _FLOAT_RANK = {"float": 1, "double": 2}
@@ -66,12 +67,33 @@ def _inferred(variant_type: str) -> str:
 def declared_signatures(resolved: DataFrame) -> list[tuple[str, list[tuple[str, str]]]]:
     """Distinct declared type lists per table (tiny: one per schema version)."""
     rows = (
-        resolved.where(F.col("_tag") == TAG_ROW)
+        resolved.where(F.col("_tag").isin(TAG_ROW, TAG_IGNORED))
         .select("table", F.explode("type_sigs").alias("sig"))
         .distinct()
         .collect()
     )
     return [(r["table"], [(e["key"], e["value"]) for e in r["sig"]]) for r in rows]
+
+
+def dropped_columns(resolved: DataFrame) -> dict[str, set[str]]:
+    """Columns each table dropped before AS OF and did not add back with a later DDL."""
+    change = F.explode("ddl_changes").alias("c")
+    per_column = (
+        resolved.where(F.col("_tag") == TAG_IGNORED)
+        .select("table", change)
+        .select("table", "c.ord", F.explode(F.array_union(F.col("c.added"), F.col("c.cols"))).alias("col"), "c.cols", "c.added")
+        .groupBy("table", "col")
+        .agg(
+            F.max(F.when(F.array_contains("cols", F.col("col")), F.col("ord"))).alias("dropped_at"),
+            F.max(F.when(F.array_contains("added", F.col("col")), F.col("ord"))).alias("added_at"),
+        )
+        .where(F.col("dropped_at").isNotNull() & (F.col("added_at").isNull() | (F.col("dropped_at") > F.col("added_at"))))
+        .collect()
+    )
+    dropped: dict[str, set[str]] = {}
+    for r in per_column:
+        dropped.setdefault(r["table"], set()).add(r["col"])
+    return dropped
 
 
 def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
@@ -119,10 +141,16 @@ def table_schemas(
                     f"or cast the column at the source."
                 )
             columns[col] = merged
-    for table, col, vtype, _pos in sorted(inferred_columns(resolved), key=lambda r: (r[0], r[3], r[1])):
+    inferred = sorted(inferred_columns(resolved), key=lambda r: (r[0], r[3], r[1]))
+    for table, col, vtype, _pos in inferred:
         columns = schemas.setdefault(table, TableSchema()).columns
         if col not in columns:
             columns[col] = _inferred(vtype)
+    # A dropped column stays only where a row still holds a value written after the drop.
+    holding = {(table, col) for table, col, _vtype, _pos in inferred}
+    for table, cols in dropped_columns(resolved).items():
+        for col in cols - {c for t, c in holding if t == table}:
+            schemas.get(table, TableSchema()).columns.pop(col, None)
     for table, schema in schemas.items():
         if not schema.columns:
             for col in key_columns.get(table, []):

@@ -395,3 +395,49 @@ def test_mysql_and_jdbc_type_names(spark):
     got = df.select("m", "j", mysql_spark_type(F.col("m")).alias("mt"), jdbc_spark_type(F.col("j")).alias("jt")).collect()
     assert {r["m"]: r["mt"] for r in got if r["m"] is not None} == cases
     assert {r["j"]: r["jt"] for r in got if r["j"] is not None} == jdbc
+
+
+def _ddl(sql: str, *, es: int, id_: int) -> str:
+    return json.dumps({"data": None, "database": "db", "es": es, "id": id_, "isDdl": True, "table": "t", "type": "ALTER",
+                       "sql": sql})
+
+
+def test_ddl_adds_and_drops_columns_as_of_its_position(spark, replay, tmp_path):
+    v1 = {"id": "int(11)", "name": "varchar(20)", "note": "varchar(20)"}
+    v2 = {"id": "int(11)", "name": "varchar(20)"}
+    lines = [
+        msg("INSERT", [{"id": "1", "name": "a", "note": "n1"}, {"id": "2", "name": "b", "note": "n2"}], mysql=v1, es=1000, id_=1),
+        # Added and never set: the column still belongs to later snapshots, typed by the DDL.
+        _ddl("ALTER TABLE t ADD COLUMN score INT", es=2000, id_=2),
+        _ddl("ALTER TABLE `t` DROP COLUMN `note`", es=3000, id_=3),
+        msg("INSERT", [{"id": "3", "name": "c"}], mysql=v2, es=4000, id_=4),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    drop = decode(spark, path)[3]
+    assert (drop["kind"], drop["reason"], drop["before"], drop["types"]) == ("ignored", "ddl", {"note": None}, None)
+
+    _, before_add = replay(FMT, path, as_of=1500)
+    assert by_key(before_add["db.t"], "id") == [{"id": 1, "name": "a", "note": "n1"}, {"id": 2, "name": "b", "note": "n2"}]
+    _, before_drop = replay(FMT, path, as_of=2500)
+    assert by_key(before_drop["db.t"], "id") == [
+        {"id": 1, "name": "a", "note": "n1", "score": None}, {"id": 2, "name": "b", "note": "n2", "score": None},
+    ]
+    metrics, after = replay(FMT, path)
+    assert by_key(after["db.t"], "id") == [
+        {"id": 1, "name": "a", "score": None}, {"id": 2, "name": "b", "score": None}, {"id": 3, "name": "c", "score": None},
+    ]
+    assert metrics["ignored"] == {"ddl": 2}
+    assert_events_add_up(metrics)
+
+
+def test_a_column_added_back_after_a_drop_starts_empty(replay, tmp_path):
+    v1 = {"id": "int(11)", "note": "varchar(20)"}
+    lines = [
+        msg("INSERT", [{"id": "1", "note": "old"}], mysql=v1, es=1000, id_=1),
+        _ddl("ALTER TABLE t DROP note", es=2000, id_=2),
+        _ddl("ALTER TABLE t ADD note VARCHAR(20)", es=3000, id_=3),
+        msg("INSERT", [{"id": "2", "note": "new"}], mysql=v1, es=4000, id_=4),
+    ]
+    metrics, tables = replay(FMT, write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n"))
+    assert by_key(tables["db.t"], "id") == [{"id": 1, "note": None}, {"id": 2, "note": "new"}]
+    assert_events_add_up(metrics)

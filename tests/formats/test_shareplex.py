@@ -302,3 +302,20 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
         "unknown op": 1,
     }
     assert_events_add_up(metrics)
+
+
+def test_drop_column_removes_the_column_from_later_snapshots(replay, tmp_path):
+    lines = [
+        rec("ins", {"ID": "1", "NAME": "a", "OLD_COL": "x"}, scn=1),
+        rec("ins", {"ID": "2", "NAME": "b", "OLD_COL": "y"}, scn=2),
+        rec("DROP COLUMN", {"OLD_COL": None}, scn=3, time="2024-01-01T00:00:03"),
+        # A partial update after the drop keeps the row's other columns, without the dropped one.
+        rec("upd", {"NAME": "bb"}, {"ID": "2"}, scn=4, time="2024-01-01T00:00:04"),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    _, before = replay(FMT, path, as_of="2024-01-01T00:00:02Z", key="ID")
+    assert by(before["S.T"], "ID") == [{"ID": "1", "NAME": "a", "OLD_COL": "x"}, {"ID": "2", "NAME": "b", "OLD_COL": "y"}]
+    metrics, after = replay(FMT, path, key="ID")
+    assert by(after["S.T"], "ID") == [{"ID": "1", "NAME": "a"}, {"ID": "2", "NAME": "bb"}]
+    assert metrics["ignored"] == {"ddl": 1}
+    assert_events_add_up(metrics)
