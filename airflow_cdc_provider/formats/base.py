@@ -41,6 +41,9 @@ class Decoder(ABC):
     description: ClassVar[str]
     # Options the format needs on the command line ("--key" or ""), for docs and `cdc-replay formats`.
     needs: ClassVar[str] = ""
+    # Whether updates may carry only the changed columns (``partial``). The engine then also
+    # carries a row's other columns across a key change, which costs one more pass.
+    partial_images: ClassVar[bool] = False
 
     @abstractmethod
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:

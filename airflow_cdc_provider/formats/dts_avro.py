@@ -127,6 +127,7 @@ class DtsAvroDecoder(Decoder):
     name = "dts-avro"
     description = "Alibaba DTS Avro Records (Kafka JSON dump with Base64 value, raw messages, or Avro container files)"
     needs = ""
+    partial_images = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         """Canonical events for DTS Avro landings; the key comes from each record's pk_uk_info."""

@@ -261,6 +261,7 @@ class QlikJsonDecoder(Decoder):
         "REFRESH/INSERT/UPDATE/DELETE ordered by changeSequence, columnMask partial images"
     )
     needs = ""
+    partial_images = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

@@ -116,6 +116,7 @@ class ShareplexJsonDecoder(Decoder):
         "meta.rowid usable as key column rowid"
     )
     needs = "--key (or --key rowid)"
+    partial_images = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

@@ -64,14 +64,26 @@ def content_hash() -> Column:
     return F.xxhash64(F.col("table"), F.col("log_pos"), F.col("event_ms"), F.col("raw"), F.col("sub_pos"))
 
 
-def _key_values(image: Column, fallback: Column, cols: Column) -> Column:
-    """Key values as strings (variants cannot be grouped): from ``image``, else from ``fallback``."""
+def _key_values(image: Column, fallback: Column, record_cols: Column, keys: KeyConfig) -> Column:
+    """Key values as strings (variants cannot be grouped): from ``image``, else from ``fallback``.
+
+    Key columns named by ``--key`` are known when the plan is built, so their lookups are plain
+    expressions; only records that name their own key columns need a (slower, interpreted)
+    per-record walk.
+    """
 
     def one(c: Column) -> Column:
         v = F.when(F.map_contains_key(image, c), image[c]).otherwise(fallback[c])
         return F.when(F.is_variant_null(v), F.lit(None)).otherwise(F.to_json(v))
 
-    return F.transform(cols, one)
+    def static(cols: tuple[str, ...]) -> Column:
+        return F.array(*[one(F.lit(c)) for c in cols]) if cols else F.lit(None).cast("array<string>")
+
+    configured = static(keys.default)
+    table = F.col("table")
+    for name, cols in keys.per_table:
+        configured = F.when((table == name) | table.endswith("." + name), static(cols)).otherwise(configured)
+    return F.when(record_cols.isNull(), configured).otherwise(F.transform(record_cols, one))
 
 
 def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame:
@@ -81,10 +93,11 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     is_row = is_change & (F.col("op") != ev.OP_TRUNCATE)
     after_or_before = F.coalesce(F.col("after"), ev.empty_image())
     before_or_after = F.coalesce(F.col("before"), ev.empty_image())
+    record_cols = F.col("key_cols")
     new_key = F.when(
-        F.col("op") == ev.OP_DELETE, _key_values(before_or_after, after_or_before, key_cols)
-    ).otherwise(_key_values(after_or_before, before_or_after, key_cols))
-    old_key = _key_values(before_or_after, after_or_before, key_cols)
+        F.col("op") == ev.OP_DELETE, _key_values(before_or_after, after_or_before, record_cols, keys)
+    ).otherwise(_key_values(after_or_before, before_or_after, record_cols, keys))
+    old_key = _key_values(before_or_after, after_or_before, record_cols, keys)
     staged = ev.plan_barrier(events).select(
         "*",
         key_cols.alias("_key_cols"),
@@ -92,7 +105,7 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
         old_key.alias("_old_key"),
         ordering(events).alias("_ord"),
     )
-    missing_key = F.col("_key_cols").isNotNull() & F.exists(F.col("_new_key"), lambda v: v.isNull())
+    missing_key = F.col("_key_cols").isNotNull() & (F.size(F.array_compact("_new_key")) < F.size("_new_key"))
     kind = F.when(is_row & missing_key, F.lit(ev.KIND_QUARANTINED)).otherwise(F.col("kind"))
     reason = F.when(is_row & missing_key, F.lit(ev.Q_MISSING_KEY)).otherwise(F.col("reason"))
     staged = ev.plan_barrier(staged.withColumns({"kind": kind, "reason": reason}))
@@ -134,15 +147,23 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
         F.when(F.col("_moved_away"), F.lit(ev.OP_DELETE)).otherwise(F.col("op")).alias("op"),
         F.when(F.col("_moved_away"), F.lit(None).cast(ev.IMAGE_TYPE)).otherwise(F.col("after")).alias("after"),
         F.when(F.col("_moved_away"), F.lit(False)).otherwise(F.coalesce(F.col("partial"), F.lit(False))).alias("partial"),
+        (F.col("_moved_away") & F.coalesce(F.col("partial"), F.lit(False))).alias("_moved_partially"),
     )
 
 
-def fold(keyed: DataFrame) -> DataFrame:
-    """One aggregation per (table, tag, key): the folded state plus what the counts need."""
+def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
+    """One aggregation per (table, tag, key): the folded state plus what the counts need.
+
+    ``keep_resets`` also keeps every resetting image, not only the latest (``resets``): formats with
+    partial images need a row's state at the moment of a key change, which may lie before it.
+    """
     applied = F.col("_applied")
     ddl = F.col("_ddl_applied")
     partial_update = applied & (F.col("op") == ev.OP_UPDATE) & F.col("partial")
-    reset = applied & ~partial_update & (F.col("op") != ev.OP_TRUNCATE)
+    moved_away = applied & F.col("_moved_away")
+    # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
+    # row's state just before it can still be rebuilt and carried to the new key.
+    reset = applied & ~partial_update & (F.col("op") != ev.OP_TRUNCATE) & ~F.col("_moved_away")
     ord_ = F.col("_ord")
     op_code = F.lit(0)
     for op, code in _OP_CODE.items():
@@ -154,11 +175,17 @@ def fold(keyed: DataFrame) -> DataFrame:
     # A leading 64-bit hash makes the aggregation's sort (it falls back to sorting past a few
     # hundred keys per task) compare longs instead of table names and key arrays.
     group_hash = F.xxhash64("table", "_tag", "_key").alias("_group_hash")
+    resetting = F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))
+    all_resets = [F.collect_list(F.when(reset, resetting)).alias("resets")] if keep_resets else []
     return keyed.groupBy(group_hash, "table", "_tag", "_key").agg(
+        *all_resets,
         F.count(F.when(~F.col("_moved_away"), 1)).alias("n"),
         F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
-        F.max_by(F.when(reset, F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))), F.when(reset, ord_)).alias("reset"),
+        F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
         F.collect_list(F.when(partial_update, F.struct(ord_.alias("ord"), F.col("after").alias("after")))).alias("partials"),
+        F.collect_list(F.when(moved_away, F.struct(
+            ord_.alias("ord"), F.col("_new_key").alias("to"), F.col("_moved_partially").alias("partial")
+        ))).alias("moves_out"),
         F.collect_list(
             F.when(applied, F.struct(ord_.alias("ord"), op_code.alias("op"), F.col("_hash").alias("h"), counted.alias("counted")))
         ).alias("history"),

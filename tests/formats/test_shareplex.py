@@ -197,11 +197,6 @@ def test_partial_updates_truncate_order_and_drift(replay, tmp_path):
     assert_events_add_up(metrics)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: a key-changing update with a partial after image writes only the carried columns "
-    "under the new key; the moved row's other columns (here A) are lost",
-)
 def test_key_change_in_a_partial_update_keeps_the_other_columns(replay, tmp_path):
     lines = [
         rec("ins", {"ID": "1", "A": "a"}, table="S.MOVE", scn=10),
@@ -318,4 +313,22 @@ def test_drop_column_removes_the_column_from_later_snapshots(replay, tmp_path):
     metrics, after = replay(FMT, path, key="ID")
     assert by(after["S.T"], "ID") == [{"ID": "1", "NAME": "a"}, {"ID": "2", "NAME": "bb"}]
     assert metrics["ignored"] == {"ddl": 1}
+    assert_events_add_up(metrics)
+
+
+def test_key_change_carries_the_row_as_it_stood_just_before_the_move(replay, tmp_path):
+    lines = [
+        rec("ins", {"ID": "1", "A": "a", "B": "b", "C": "c"}, table="S.MOVE", scn=10),
+        rec("upd", {"B": "b2"}, {"ID": "1"}, table="S.MOVE", scn=11),
+        rec("upd", {"ID": "2", "A": "a3"}, {"ID": "1"}, table="S.MOVE", scn=12),
+        rec("upd", {"B": "b4"}, {"ID": "2"}, table="S.MOVE", scn=13),
+        # The old key is used again afterwards: a new row, unrelated to the moved one.
+        rec("ins", {"ID": "1", "A": "new", "B": "new", "C": "new"}, table="S.MOVE", scn=14),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    metrics, tables = replay(FMT, path, key="ID")
+    assert by(tables["S.MOVE"], "ID") == [
+        {"ID": "1", "A": "new", "B": "new", "C": "new"}, {"ID": "2", "A": "a3", "B": "b4", "C": "c"},
+    ]
+    assert metrics["tables"]["S.MOVE"]["inserts"] == 2 and metrics["tables"]["S.MOVE"]["updates"] == 3
     assert_events_add_up(metrics)
