@@ -1,8 +1,9 @@
 """Provider metadata returned through the ``apache_airflow_provider`` entry point.
 
-Airflow's ProvidersManager calls :func:`get_provider_info` to list this package's hooks and
-operators (UI, ``airflow providers list``). It is hand-written and kept deliberately small: list a
-module here only once it exists, so that Airflow never tries to import a missing one.
+Airflow's ProvidersManager calls :func:`get_provider_info` to list this package's hooks,
+operators, sensors and triggers (UI, ``airflow providers list``). It is hand-written and kept
+deliberately small: list a module here only once it exists, so that Airflow never tries to import
+a missing one.
 """
 
 from __future__ import annotations
@@ -43,8 +44,18 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_cdc_provider.operators.snapshot"],
             }
         ],
-        # No sensors or triggers yet; no connection type of its own: the hook submits through the
-        # apache-spark provider's "spark" connection (spark_default).
-        "sensors": [],
-        "triggers": [],
+        "sensors": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_cdc_provider.sensors.landed_files"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_cdc_provider.triggers.landed_files"],
+            }
+        ],
+        # No connection type of its own: the hook submits through the apache-spark provider's
+        # "spark" connection (spark_default); the sensor reads object storage through Airflow's.
     }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Regenerate the bundled Debezium sample landing and its expected snapshot figures.
 
-Writes ``airflow_cdc_provider/sample_data/debezium/*.jsonl`` (what a Kafka sink would land for two
-topics), ``airflow_cdc_provider/sample_data/expected.json`` and
+Writes ``airflow_cdc_provider/sample_data/debezium/dt=YYYY-MM-DD/*.jsonl`` (what a Kafka sink would
+land for two topics, partitioned by event day, with a ``_SUCCESS`` marker in every finished day),
+``airflow_cdc_provider/sample_data/expected.json`` and
 ``airflow_cdc_provider/sample_data/README.md``. The records are shaped like the vendor samples the
 product is built from: Lindorm SQL tables (``"schema": {}`` with a ``payload`` wrapper, no log
 position; seed 000) and Huawei CDL open-source Debezium JSON ``message_version`` 2.0 (full schema
@@ -29,10 +30,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "airflow_cdc_provider" / "sample_data"
 SEED = 20240902
-START_MS = 1725235200000  # 2024-09-02T00:00:00Z
-END_MS = START_MS + 12 * 3600 * 1000  # landed events span 00:00 to 12:00 UTC
-AS_OF = "2024-09-02T09:00:00+00:00"
-AS_OF_MS = START_MS + 9 * 3600 * 1000
+DAY_MS = 24 * 3600 * 1000
+START_MS = 1725148800000  # 2024-09-01T00:00:00Z
+# Landed events span 2024-09-01T00:00Z to 09-03T12:00Z: two finished days and one still landing.
+END_MS = START_MS + 60 * 3600 * 1000
+FINISHED_DAYS = ("2024-09-01", "2024-09-02")  # these partitions get a _SUCCESS marker
+# Gaps between generated changes are stretched by this factor so that the stream covers END_MS.
+TIME_SCALE = 5
+MARKER = "_SUCCESS"
+ONE_TABLE = "default.customers"  # the point-in-time example's default --table
+AS_OF = "2024-09-02T09:00:00+00:00"  # the point-in-time example's default
+AS_OF_MS = START_MS + DAY_MS + 9 * 3600 * 1000
 KEY = "id"
 
 FIRST_NAMES = ["Anne", "Anne Marie", "Sally", "George", "Edward", "Jane", "Wei", "Priya", "Tomas", "Ines"]
@@ -78,6 +86,7 @@ class Event:
 @dataclass
 class Landing:
     files: dict[str, list[str]] = field(default_factory=dict)
+    markers: list[str] = field(default_factory=list)  # empty done-marker files
 
 
 def dumps(obj: Any) -> str:
@@ -107,12 +116,12 @@ def customer_events(rng: random.Random) -> list[Event]:
     ts = START_MS + 60_000
     ids = [str(1001 + i) for i in range(60)]
     for cid in ids:  # everyone arrives in the first hours
-        ts += rng.randint(60_000, 180_000)
+        ts += rng.randint(60_000, 180_000) * TIME_SCALE
         row = {"id": cid, "first_name": rng.choice(FIRST_NAMES), "last_name": rng.choice(LAST_NAMES)}
         state[cid] = row
         events.append(Event("default.customers", "c", ts, cid, None, dict(row)))
     while len(events) < 190:
-        ts += rng.randint(120_000, 420_000)
+        ts += rng.randint(120_000, 420_000) * TIME_SCALE
         cid = rng.choice(ids)
         row = state.get(cid)
         if row is None:
@@ -197,7 +206,7 @@ def ct_events(rng: random.Random) -> list[Event]:
         events.append(e)
     lsn = snapshot_lsn
     while len(events) < 140:
-        ts += rng.randint(200_000, 500_000)
+        ts += rng.randint(200_000, 500_000) * TIME_SCALE
         lsn += rng.randint(200, 9000)
         tx_id += rng.randint(1, 5)
         key = rng.randint(1, 40)
@@ -225,8 +234,24 @@ def ct_events(rng: random.Random) -> list[Event]:
 # --------------------------------------------------------------------------------------------
 
 
+def day_of(ts_ms: int) -> str:
+    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def partition(name: str, day: str) -> str:
+    """Landed file name inside its event-day partition (hive style, as a time-partitioned sink writes)."""
+    return f"debezium/dt={day}/{name}"
+
+
+def by_day(events: list[Event]) -> dict[str, list[Event]]:
+    days: dict[str, list[Event]] = {}
+    for e in events:
+        days.setdefault(day_of(e.ts_ms), []).append(e)
+    return days
+
+
 def spread(events: list[Event], n_files: int, chunk: int) -> list[list[str]]:
-    """Round-robin chunks of consecutive events over files, so every file spans the whole day."""
+    """Round-robin chunks of consecutive events over files, so every file spans its whole day."""
     files: list[list[str]] = [[] for _ in range(n_files)]
     for i, e in enumerate(events):
         target = files[(i // chunk) % n_files]
@@ -239,16 +264,25 @@ def spread(events: list[Event], n_files: int, chunk: int) -> list[list[str]]:
 def build_landing(rng: random.Random) -> Landing:
     landing = Landing()
     customers = customer_events(rng)
-    for i, lines in enumerate(spread(customers, 3, 25)):
-        landing.files[f"debezium/lindorm_customers-part-{i}.jsonl"] = lines
+    for day, events in by_day(customers).items():
+        for i, lines in enumerate(spread(events, 3, 25)):
+            if lines:
+                landing.files[partition(f"lindorm_customers-part-{i}.jsonl", day)] = lines
     cts = ct_events(rng)
-    ct_files = spread(cts, 2, 30)
     # At-least-once delivery: after a restart the sink re-wrote three records it had already landed.
-    redelivered = [e.text for e in cts[26:29]]
-    assert all(e.ts_ms <= AS_OF_MS for e in cts[26:29])
-    ct_files[1] = ct_files[1][:10] + redelivered + ct_files[1][10:]
-    for i, lines in enumerate(ct_files):
-        landing.files[f"debezium/cdl_ct_pg2hudi-part-{i}.jsonl"] = lines
+    redelivered = cts[26:29]
+    assert all(e.ts_ms <= AS_OF_MS for e in redelivered)
+    assert len({day_of(e.ts_ms) for e in redelivered}) == 1
+    for day, events in by_day(cts).items():
+        files = spread(events, 2, 30)
+        if day == day_of(redelivered[0].ts_ms):
+            files[1] = files[1][:10] + [e.text for e in redelivered] + files[1][10:]
+        for i, lines in enumerate(files):
+            if lines:
+                landing.files[partition(f"cdl_ct_pg2hudi-part-{i}.jsonl", day)] = lines
+    landed_days = {name.split("/")[1].removeprefix("dt=") for name in landing.files}
+    assert set(FINISHED_DAYS) < landed_days, landed_days
+    landing.markers = [partition(MARKER, day) for day in FINISHED_DAYS]
     return landing
 
 
@@ -263,9 +297,20 @@ def table_of(source: dict) -> str:
     return f"{source['db']}.{source['schema']}.{source['table']}"
 
 
-def expected_snapshot(files: dict[str, list[str]], as_of_ms: int, key: str = KEY) -> dict[str, Any]:
-    """Fold the landed lines per table and key as DESIGN.md section 4 says, in plain Python."""
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def expected_snapshot(
+    files: dict[str, list[str]], as_of_ms: int, key: str = KEY, table: str | None = None
+) -> dict[str, Any]:
+    """Fold the landed lines per table and key as DESIGN.md section 4 says, in plain Python.
+
+    ``table`` selects one table (``--table``): records of the others are ignored as "table not
+    selected" (before any duplicate check: they are never considered at all).
+    """
     events = {"read": 0, "applied": 0, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    ignored: dict[str, int] = {}
     seen: set[tuple] = set()
     changes: list[tuple] = []
     for name in sorted(files):
@@ -275,9 +320,14 @@ def expected_snapshot(files: dict[str, list[str]], as_of_ms: int, key: str = KEY
             events["read"] += 1
             if text.strip() in ("", "null"):
                 events["ignored"] += 1  # Kafka tombstone
+                ignored["tombstone"] = ignored.get("tombstone", 0) + 1
                 continue
             p = json.loads(text)["payload"]
             src = p["source"]
+            if table is not None and table_of(src) != table:
+                events["ignored"] += 1
+                ignored["table not selected"] = ignored.get("table not selected", 0) + 1
+                continue
             position = (src.get("lsn"),) if src.get("lsn") is not None else ()
             identity = (position, src["ts_ms"], text)
             if identity in seen:
@@ -316,42 +366,64 @@ def expected_snapshot(files: dict[str, list[str]], as_of_ms: int, key: str = KEY
     assert sum(v for k, v in events.items() if k != "read") == events["read"]
     return {
         "format": "debezium-json",
-        "as_of": AS_OF,
+        "as_of": iso(as_of_ms),
         "as_of_ms": as_of_ms,
         "key": [key],
         "rows": sum(info["rows"] for info in tables.values()),
         "events": events,
+        "ignored": dict(sorted(ignored.items())),
         "tables": dict(sorted(tables.items())),
         "snapshot": dict(sorted(out_rows.items())),
     }
 
 
-def readme(expected: dict[str, Any], files: dict[str, list[str]]) -> str:
+def _table_figures(tables: dict[str, Any]) -> list[str]:
+    lines = ["| table | rows | inserts | updates | deletes | last_event_ms |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, info in tables.items():
+        lines.append(
+            f"| `{name}` | {info['rows']} | {info['inserts']} | {info['updates']} | {info['deletes']} | {info['last_event_ms']} |"
+        )
+    return lines
+
+
+def _events_line(expected: dict[str, Any]) -> str:
     ev = expected["events"]
+    return (
+        f"Total rows: {expected['rows']}. Events: read {ev['read']} = applied {ev['applied']} + after AS OF "
+        f"{ev['after_as_of']} + ignored {ev['ignored']} (tombstones) + duplicates {ev['duplicates']} + "
+        f"quarantined {ev['quarantined']}."
+    )
+
+
+def readme(expected: dict[str, Any], landing: Landing) -> str:
     lines = [
         "# Bundled sample: Debezium JSON landing",
         "",
         "Generated by `scripts/make_sample_data.py` (deterministic; do not edit by hand). Two Kafka",
-        "topics as a sink would land them, one JSON record per line:",
+        "topics as a time-partitioned sink would land them, one JSON record per line, in one hive-style",
+        "folder per event day (`debezium/dt=YYYY-MM-DD/`):",
         "",
-        "- `debezium/lindorm_customers-part-*.jsonl`: Lindorm SQL table `default.customers` in Debezium",
+        "- `lindorm_customers-part-*.jsonl`: Lindorm SQL table `default.customers` in Debezium",
         '  Format V2.0 with `"schema": {}` (seed 000): inserts, full updates, column-deletion updates',
         "  (the after image omits `last_name`, which becomes null), deletes and re-inserts. No log",
         "  position: events order by `source.ts_ms`.",
-        "- `debezium/cdl_ct_pg2hudi-part-*.jsonl`: Huawei CDL open-source Debezium JSON",
+        "- `cdl_ct_pg2hudi-part-*.jsonl`: Huawei CDL open-source Debezium JSON",
         "  `message_version` 2.0 with the schema block (seed 001), table `cdl.public.ct_pg2hudi`: an",
         "  initial snapshot (`op` `r`), then inserts, updates and deletes ordered by `source.lsn`; a",
         "  Kafka tombstone (`null`) after every delete, and three records delivered twice.",
         "",
-        "Consecutive runs of events are dealt round-robin over the files of a topic, so every key's",
-        "history is spread over several files whose time ranges interleave. Events span",
-        "2024-09-02T00:00Z to 12:00Z.",
+        "Within a day, consecutive runs of events are dealt round-robin over the files of a topic, so",
+        "every key's history is spread over several files whose time ranges interleave. Events fall between",
+        f"{iso(START_MS)} and {iso(END_MS)}. The finished days ({', '.join(FINISHED_DAYS)}) carry a",
+        f"`{MARKER}` marker; the last day is still landing and has none, as a sink's current partition would.",
         "",
         "| file | records |",
         "| --- | --- |",
     ]
-    for name in sorted(files):
-        lines.append(f"| `{name}` | {len(files[name])} |")
+    for name in sorted(landing.files):
+        lines.append(f"| `{name}` | {len(landing.files[name])} |")
+    for name in landing.markers:
+        lines.append(f"| `{name}` | marker (empty) |")
     lines += [
         "",
         f"## Expected snapshot as of `{expected['as_of']}` (`--key {','.join(expected['key'])}`)",
@@ -359,19 +431,19 @@ def readme(expected: dict[str, Any], files: dict[str, list[str]]) -> str:
         "Computed by the script's own plain-Python fold, not by the replay engine; the full expected",
         "rows are in `expected.json`.",
         "",
-        "| table | rows | inserts | updates | deletes | last_event_ms |",
-        "| --- | --- | --- | --- | --- | --- |",
+        *_table_figures(expected["tables"]),
+        "",
+        _events_line(expected),
+        "",
+        "## Daily snapshots (what each run of the daily and backfill example DAGs rebuilds)",
+        "",
+        "A run for day D rebuilds the snapshot as of the end of D (its data interval end). Full rows",
+        "are under `daily` in `expected.json`.",
+        "",
     ]
-    for name, info in expected["tables"].items():
-        lines.append(
-            f"| `{name}` | {info['rows']} | {info['inserts']} | {info['updates']} | {info['deletes']} | {info['last_event_ms']} |"
-        )
+    for day, daily in expected["daily"].items():
+        lines += [f"### `{day}` (as of `{daily['as_of']}`)", "", *_table_figures(daily["tables"]), "", _events_line(daily), ""]
     lines += [
-        "",
-        f"Total rows: {expected['rows']}. Events: read {ev['read']} = applied {ev['applied']} + after AS OF "
-        f"{ev['after_as_of']} + ignored {ev['ignored']} (tombstones) + duplicates {ev['duplicates']} + "
-        f"quarantined {ev['quarantined']}.",
-        "",
         "Rebuild it yourself:",
         "",
         "```bash",
@@ -383,14 +455,33 @@ def readme(expected: dict[str, Any], files: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
+def daily_expectations(files: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
+    """What a daily run rebuilds for each finished day: the snapshot as of the day's end."""
+    out = {}
+    for day in FINISHED_DAYS:
+        day_start_ms = int(datetime.fromisoformat(f"{day}T00:00:00+00:00").timestamp() * 1000)
+        out[day] = expected_snapshot(files, day_start_ms + DAY_MS)
+    return out
+
+
 def render(out: Path) -> dict[Path, str]:
     """Every file the script owns, path -> exact text."""
     landing = build_landing(random.Random(SEED))
     expected = expected_snapshot(landing.files, AS_OF_MS)
+    expected["daily"] = daily_expectations(landing.files)
+    expected["one_table"] = expected_snapshot(landing.files, AS_OF_MS, table=ONE_TABLE)
     rendered = {out / name: "\n".join(lines) + "\n" for name, lines in landing.files.items()}
+    rendered.update({out / name: "" for name in landing.markers})
     rendered[out / "expected.json"] = json.dumps(expected, indent=1, sort_keys=False) + "\n"
-    rendered[out / "README.md"] = readme(expected, landing.files)
+    rendered[out / "README.md"] = readme(expected, landing)
     return rendered
+
+
+def stray_files(out: Path, rendered: dict[Path, str]) -> list[Path]:
+    """Files in the landing folder that the script no longer makes (e.g. an older layout)."""
+    landing_dir = out / "debezium"
+    existing = {p for p in landing_dir.rglob("*") if p.is_file()} if landing_dir.exists() else set()
+    return sorted(existing - set(rendered))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -399,13 +490,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if the files on disk differ from a fresh render")
     args = parser.parse_args(argv)
     rendered = render(args.out)
+    stray = stray_files(args.out, rendered)
     if args.check:
         stale = [str(p) for p, text in rendered.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+        stale += [f"{p} (not made by the script any more)" for p in stray]
         if stale:
             print("stale sample data (run scripts/make_sample_data.py):", *stale, sep="\n  ", file=sys.stderr)
             return 1
         print(f"sample data up to date ({len(rendered)} files)")
         return 0
+    for path in stray:
+        path.unlink()
     for path, text in rendered.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

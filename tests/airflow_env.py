@@ -2,8 +2,8 @@
 
 Import this module before anything imports ``airflow``: Airflow reads ``AIRFLOW_HOME`` and its
 configuration once, at import. It points Airflow at a throw-away home with SQLite, no example
-DAGs, a DAGs folder that links the repository's ``dags_examples/`` and the operator tests' DAGs,
-and a ``spark_default`` connection for ``local[2]``. ``migrate_once()`` runs ``airflow db
+DAGs, a DAGs folder that links the repository's ``dags_examples/`` and the test DAG folders
+(operators, sensors, cluster), and a ``spark_default`` connection for ``local[2]``. ``migrate_once()`` runs ``airflow db
 migrate`` the first time a test needs the database.
 """
 
@@ -21,6 +21,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_DAGS = REPO / "dags_examples"
 OPERATOR_TEST_DAGS = REPO / "tests" / "operators" / "dags"
+SENSOR_TEST_DAGS = REPO / "tests" / "sensors" / "dags"
+CLUSTER_TEST_DAGS = REPO / "tests" / "cluster" / "dags"
 SPARK_LOCAL_CONN = '{"conn_type":"spark","host":"local[2]"}'
 
 if "airflow" in sys.modules and not os.environ.get("CDC_TEST_AIRFLOW_HOME"):
@@ -31,7 +33,12 @@ if not os.environ.get("CDC_TEST_AIRFLOW_HOME"):
     atexit.register(shutil.rmtree, _home, True)
     (_home / "dags").mkdir()
     (_home / "dags" / "examples").symlink_to(EXAMPLE_DAGS, target_is_directory=True)
-    (_home / "dags" / "operator_tests").symlink_to(OPERATOR_TEST_DAGS, target_is_directory=True)
+    for _link, _folder in (
+        ("operator_tests", OPERATOR_TEST_DAGS),
+        ("sensor_tests", SENSOR_TEST_DAGS),
+        ("cluster_tests", CLUSTER_TEST_DAGS),
+    ):
+        (_home / "dags" / _link).symlink_to(_folder, target_is_directory=True)
     os.environ.update(
         {
             "CDC_TEST_AIRFLOW_HOME": str(_home),
@@ -91,3 +98,16 @@ def xcom_return_value(dag_run: Any, task_id: str) -> Any:
 
 def task_states(dag_run: Any) -> dict[str, str]:
     return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dag_run.get_task_instances()}
+
+
+def asset_event_extras(uri: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    """The ``extra`` of every event of the asset ``uri`` (of one run when ``run_id`` is given), oldest first."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = session.query(AssetEvent.extra).join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+        query = query.filter(AssetModel.uri == uri)
+        if run_id is not None:
+            query = query.filter(AssetEvent.source_run_id == run_id)
+        return [row[0] for row in query.order_by(AssetEvent.id).all()]

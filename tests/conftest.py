@@ -1,4 +1,4 @@
-"""Shared fixtures: one real local Spark session for the whole test run, and a replay runner."""
+"""Shared fixtures: one real local Spark session for the whole test run, a replay runner, an Airflow DB."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CDC_SHARED_DIR", REPO.parent / "shared"))
 SEEDS = SHARED / "seeds"
 CONFORMANCE = SHARED / "conformance"
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """A migrated Airflow metadata database (SQLite) for ``dag.test()``.
+
+    The test module must have imported ``tests.airflow_env`` (before airflow) to get its own home.
+    """
+    from tests import airflow_env
+
+    airflow_env.migrate_once()
 
 
 @pytest.fixture(scope="session")

@@ -1,28 +1,25 @@
-"""The example DAGs parse cleanly, and the snapshot example runs end to end on the bundled sample.
+"""The example DAGs parse cleanly and run end to end on the bundled sample with ``dag.test()``.
 
-The expected figures come from ``airflow_cdc_provider/sample_data/expected.json``, which
-``scripts/make_sample_data.py`` computes with its own plain-Python fold, not with the engine.
+Every snapshot task really runs spark-submit (local[2]); the figures it must give are the sample's
+documented ones (``tests/sample_expectations.py``).
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
+import pendulum
 
 from tests import airflow_env
+from airflow_cdc_provider.sample_landing import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
+from tests.sample_expectations import EXPECTED, assert_metrics_match, row_counts
 
-SAMPLE = airflow_env.REPO / "airflow_cdc_provider" / "sample_data"
-EXPECTED = json.loads((SAMPLE / "expected.json").read_text(encoding="utf-8"))
-TABLE_FIGURES = ("rows", "inserts", "updates", "deletes", "last_event_ms")
+EXAMPLE_DAG_IDS = ["cdc_backfill_snapshots", "cdc_daily_snapshot", "cdc_point_in_time_snapshot"]
 
 
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    airflow_env.migrate_once()
+def example_dag(dag_id: str):
+    return airflow_env.load_dags(airflow_env.EXAMPLE_DAGS).get_dag(dag_id)
 
 
 def test_bundled_sample_is_what_the_generator_makes():
@@ -31,52 +28,101 @@ def test_bundled_sample_is_what_the_generator_makes():
     assert result.returncode == 0, result.stderr
 
 
-def test_example_dags_parse_without_errors_or_lookups(monkeypatch):
+def test_example_dags_parse_without_errors_lookups_or_queries(airflow_db, monkeypatch):
+    from airflow import settings
     from airflow.sdk import Variable
     from airflow.sdk.definitions.connection import Connection
+    from sqlalchemy import event
 
     def forbidden(*args, **kwargs):
         raise AssertionError(f"looked up {args} while parsing a DAG file")
 
     monkeypatch.setattr(Connection, "get", forbidden)
     monkeypatch.setattr(Variable, "get", forbidden)
-    bag = airflow_env.load_dags(airflow_env.EXAMPLE_DAGS)
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *args):
+        statements.append(statement)
+
+    event.listen(settings.engine, "before_cursor_execute", record)
+    try:
+        bag = airflow_env.load_dags(airflow_env.EXAMPLE_DAGS)
+    finally:
+        event.remove(settings.engine, "before_cursor_execute", record)
+
     assert bag.import_errors == {}
-    assert sorted(bag.dag_ids) == ["cdc_snapshot_example"]
+    assert sorted(bag.dag_ids) == EXAMPLE_DAG_IDS
+    assert statements == []
 
 
-def test_snapshot_example_runs_and_reports_row_counts(airflow_db, tmp_path):
-    dag = airflow_env.load_dags(airflow_env.EXAMPLE_DAGS).get_dag("cdc_snapshot_example")
-    output = tmp_path / "snapshot"
-    dag_run = dag.test(run_conf={"output_dir": str(output)})
+def test_daily_dag_waits_in_the_triggerer_then_rebuilds_its_day(airflow_db, tmp_path, caplog):
+    # The run at 2024-09-03T00:00Z rebuilds the day 2024-09-02, as of its end.
+    dag_run = example_dag("cdc_daily_snapshot").test(
+        logical_date=pendulum.datetime(2024, 9, 3, tz="UTC"), run_conf={"snapshot_root": str(tmp_path)}
+    )
 
     assert airflow_env.task_states(dag_run) == {
-        "choose_output": "success",
+        "wait_for_landing": "success",
         "rebuild_snapshot": "success",
         "report_row_counts": "success",
     }
-    metrics = airflow_env.xcom_return_value(dag_run, "rebuild_snapshot")
-    assert metrics == json.loads((output / "_cdc_metrics.json").read_text(encoding="utf-8"))
-    assert (metrics["format"], metrics["as_of"], metrics["as_of_ms"]) == (
-        EXPECTED["format"], EXPECTED["as_of"], EXPECTED["as_of_ms"]
-    )
-    assert metrics["output"] == f"file:{output}"
-    assert metrics["rows"] == EXPECTED["rows"]
-    assert metrics["events"] == EXPECTED["events"]
-    got_tables = {name: {k: info[k] for k in TABLE_FIGURES} for name, info in metrics["tables"].items()}
-    assert got_tables == EXPECTED["tables"]
+    assert airflow_env.xcom_return_value(dag_run, "wait_for_landing") == {
+        "path": SAMPLE_LANDING,
+        "strategy": "marker",
+        "as_of": "2024-09-03T00:00:00+00:00",
+        "seen": f"{SAMPLE_LANDING}/dt=2024-09-02/_SUCCESS exists",
+    }
+    # It deferred: dag.test() ran CdcLandedFilesTrigger in line and resumed the sensor from its event.
+    assert "[DAG TEST] running trigger in line" in caplog.messages
 
+    expected = EXPECTED["daily"]["2024-09-02"]
+    metrics = airflow_env.xcom_return_value(dag_run, "rebuild_snapshot")
+    assert_metrics_match(metrics, expected, tmp_path / "dt=2024-09-02")
     assert airflow_env.xcom_return_value(dag_run, "report_row_counts") == {
-        "as_of": EXPECTED["as_of"],
-        "rows": EXPECTED["rows"],
-        "tables": {name: info["rows"] for name, info in EXPECTED["tables"].items()},
+        "as_of": "2024-09-03T00:00:00+00:00",
+        "rows": expected["rows"],
+        "tables": row_counts(expected),
+    }
+    assert airflow_env.asset_event_extras("cdc_sample_daily_snapshots")[-1] == {
+        "output": f"file:{tmp_path}/dt=2024-09-02",
+        "as_of": "2024-09-03T00:00:00+00:00",
+        "rows": expected["rows"],
+        "tables": row_counts(expected),
     }
 
-    import pyarrow.parquet as pq
 
-    def key(row: dict) -> str:
-        return json.dumps(row, sort_keys=True, default=str)
+def test_backfill_dag_runs_rebuild_each_their_own_day(airflow_db, tmp_path):
+    dag = example_dag("cdc_backfill_snapshots")
+    for day, run_at in (("2024-09-01", pendulum.datetime(2024, 9, 2, tz="UTC")), ("2024-09-02", pendulum.datetime(2024, 9, 3, tz="UTC"))):
+        dag_run = dag.test(logical_date=run_at, run_conf={"snapshot_root": str(tmp_path)})
 
-    for name, rows in EXPECTED["snapshot"].items():
-        got = pq.read_table(output / name).to_pylist()
-        assert sorted(got, key=key) == sorted(rows, key=key), name
+        assert airflow_env.task_states(dag_run) == {"wait_for_next_partition": "success", "rebuild_day": "success"}, day
+        next_day = run_at.strftime("%Y-%m-%d")
+        assert airflow_env.xcom_return_value(dag_run, "wait_for_next_partition")["seen"] == f"partition dt={next_day} exists"
+        assert_metrics_match(airflow_env.xcom_return_value(dag_run, "rebuild_day"), EXPECTED["daily"][day], tmp_path / f"dt={day}")
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dt=2024-09-01", "dt=2024-09-02"]
+    assert [e["as_of"] for e in airflow_env.asset_event_extras("x-cdc-snapshot://cdc_backfill_snapshots/rebuild_day")[-2:]] == [
+        "2024-09-02T00:00:00+00:00", "2024-09-03T00:00:00+00:00"
+    ]
+
+
+def test_point_in_time_dag_rebuilds_the_table_and_instant_from_its_params(airflow_db, tmp_path):
+    output = tmp_path / "snapshot"
+    dag_run = example_dag("cdc_point_in_time_snapshot").test(
+        run_conf={"table": SAMPLE_TABLE, "as_of": SAMPLE_AS_OF, "output": str(output)}
+    )
+
+    assert airflow_env.task_states(dag_run) == {
+        "choose_output": "success",
+        "rebuild_as_of": "success",
+        "report_row_counts": "success",
+    }
+    expected = EXPECTED["one_table"]
+    assert_metrics_match(airflow_env.xcom_return_value(dag_run, "rebuild_as_of"), expected, output)
+    assert list(expected["tables"]) == [SAMPLE_TABLE]
+    assert airflow_env.xcom_return_value(dag_run, "report_row_counts") == {
+        "as_of": SAMPLE_AS_OF,
+        "output": f"file:{output}",
+        "tables": row_counts(expected),
+    }

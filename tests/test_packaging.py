@@ -27,7 +27,12 @@ def test_provider_entry_point_loads_and_lists_importable_modules():
     info = ours[0].load()()
     assert info["package-name"] == "airflow-cdc-provider"
     modules = [m for section in ("hooks", "operators", "sensors", "triggers") for item in info[section] for m in item["python-modules"]]
-    assert modules == ["airflow_cdc_provider.hooks.cdc_replay", "airflow_cdc_provider.operators.snapshot"]
+    assert modules == [
+        "airflow_cdc_provider.hooks.cdc_replay",
+        "airflow_cdc_provider.operators.snapshot",
+        "airflow_cdc_provider.sensors.landed_files",
+        "airflow_cdc_provider.triggers.landed_files",
+    ]
     for module in modules:
         importlib.import_module(module)
 

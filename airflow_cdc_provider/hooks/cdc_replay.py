@@ -28,6 +28,9 @@ ON_ERROR_CHOICES = ("quarantine", "fail")
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of jobs/session.py
 _FORBIDDEN_CHARS = ("\n", "\r", "\x00")
+# Levels Spark's spark.log.level accepts (log4j's).
+LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
+DEFAULT_DRIVER_LOG_LEVEL = "WARN"
 
 
 class CdcJobArgumentError(ValueError):
@@ -100,6 +103,15 @@ def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]
             raise CdcJobArgumentError(f"key_columns table names must not contain '=' or ',', got {table!r}")
         out.append(f"{table}={_columns(f'key_columns[{table!r}]', columns)}")
     return tuple(out)
+
+
+def normalise_log_level(level: str | None) -> str | None:
+    """A Spark log level in upper case (``None`` stays None: Spark's default)."""
+    if level is None:
+        return None
+    if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
+        raise CdcJobArgumentError(f"driver_log_level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    return level.upper()
 
 
 def normalise_as_of(value: str | int | datetime) -> str:
@@ -233,6 +245,9 @@ class CdcReplayHook(BaseHook):
         ``spark://host:7077``, ``yarn``, ``k8s://...``) and optional deploy mode.
     :param spark_conf: extra Spark properties passed as ``--conf key=value``.
     :param name: spark-submit application name.
+    :param driver_log_level: the driver's Spark log level (``spark.log.level``): spark-submit's
+        output is the task log, and at Spark's default INFO it is mostly Spark's own start-up
+        chatter. ``None`` leaves Spark's default.
     """
 
     conn_name_attr = "conn_id"
@@ -245,11 +260,13 @@ class CdcReplayHook(BaseHook):
         conn_id: str = default_conn_name,
         spark_conf: Mapping[str, Any] | None = None,
         name: str = "cdc-replay",
+        driver_log_level: str | None = DEFAULT_DRIVER_LOG_LEVEL,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.spark_conf = dict(spark_conf or {})
         self.name = name
+        self.driver_log_level = normalise_log_level(driver_log_level)
         self._submit_hook: Any = None
 
     def get_conn(self) -> SparkTarget:
@@ -266,8 +283,10 @@ class CdcReplayHook(BaseHook):
         return spark_target_from_connection(conn)
 
     def submit_conf(self, target: SparkTarget) -> dict[str, str]:
-        """Spark properties for the submission: the user's, plus loopback driver binding when local."""
+        """Spark properties for the submission: the user's, plus defaults for this machine's masters."""
         conf = {str(k): str(v) for k, v in self.spark_conf.items()}
+        if self.driver_log_level:
+            conf.setdefault("spark.log.level", self.driver_log_level)
         if target.is_loopback and target.driver_is_local:
             # This machine's host name may not resolve to its loopback address.
             conf.setdefault("spark.driver.host", "127.0.0.1")
@@ -276,20 +295,32 @@ class CdcReplayHook(BaseHook):
             # In local mode the driver JVM does all the work; spark-submit starts it before the job
             # can configure anything, so the job's own local default (jobs/session.py) goes here.
             conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
+        elif target.is_loopback:
+            # A cluster on this machine runs its executors here too: give their Python workers this
+            # interpreter, which has the package and its dependencies.
+            conf.setdefault("spark.pyspark.python", sys.executable)
+        if target.master.startswith("spark://") and not target.driver_is_local:
+            # Standalone cluster mode: spark-submit returns as soon as the driver is accepted unless
+            # told to wait, and the metrics are read right after it returns.
+            conf.setdefault("spark.standalone.submit.waitAppCompletion", "true")
         return conf
 
     @staticmethod
-    def submit_env() -> dict[str, str]:
-        """Environment for spark-submit: this interpreter's bin/ first on PATH.
+    def submit_env(target: SparkTarget) -> dict[str, str]:
+        """Environment for spark-submit: this interpreter's bin/ first on PATH, loopback binding.
 
         spark-submit from a pip-installed PySpark finds SPARK_HOME (and ``python3`` finds the
-        interpreter that has this package) only when that bin/ comes first.
+        interpreter that has this package) only when that bin/ comes first. For a master on this
+        machine, ``SPARK_LOCAL_IP`` keeps Spark from binding to (and warning about) the address
+        the host name resolves to.
         """
         env = dict(os.environ)
         bin_dir = str(Path(sys.executable).parent)
         if (Path(bin_dir) / "spark-submit").exists():
             parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir]
             env["PATH"] = os.pathsep.join([bin_dir, *parts])
+        if target.is_loopback and target.driver_is_local:
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         return env
 
     def run_snapshot(self, request: SnapshotRequest) -> dict[str, Any]:
@@ -306,7 +337,7 @@ class CdcReplayHook(BaseHook):
                 application_args=request.application_args(error_file),
             )
             try:
-                self._submit_hook.submit(application=application_path(), env=self.submit_env())
+                self._submit_hook.submit(application=application_path(), env=self.submit_env(target))
             except AirflowException as exc:
                 raise CdcReplayJobError(self._failure_message(error_file, exc)) from exc
             except FileNotFoundError as exc:

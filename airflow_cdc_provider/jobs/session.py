@@ -36,21 +36,27 @@ def build_session(master: str | None = None, app_name: str = "cdc-replay", extra
     import os
     import sys
 
-    from pyspark import SparkConf
-
     # Python workers (Avro decoding) must run this interpreter, which has the package and its
     # dependencies; PySpark reads only the environment variable, before the context starts.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    submitted = SparkConf().get("spark.master", None)  # set when running under spark-submit
-    effective = master or submitted or DEFAULT_MASTER
-    builder = SparkSession.builder.appName(app_name).master(effective)
+    # Under spark-submit the JVM that launched this process already holds spark.master and the
+    # application name (PySpark sets PYSPARK_GATEWAY_PORT for it). They cannot be read before the
+    # context starts (a SparkConf made now is empty), so both are left to it: naming a master here
+    # would override spark-submit's and run a cluster submission in local mode.
+    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    effective = master or (None if under_spark_submit else DEFAULT_MASTER)
+    builder = SparkSession.builder if under_spark_submit else SparkSession.builder.appName(app_name)
+    if effective is not None:
+        builder = builder.master(effective)
     conf = dict(_JOB_CONF)
-    if effective.startswith("local"):
+    if effective is not None and effective.startswith("local"):
         conf.update(_LOCAL_CONF)
     conf.update(extra_conf or {})
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    # spark.log.level (e.g. from the operator's driver_log_level) is the submitter's choice; keep it.
+    if not session.sparkContext.getConf().contains("spark.log.level"):
+        session.sparkContext.setLogLevel("WARN")
     return session

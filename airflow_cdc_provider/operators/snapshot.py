@@ -7,20 +7,20 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, BaseOperator
 
-from airflow_cdc_provider.hooks.cdc_replay import CdcReplayHook, SnapshotRequest
+from airflow_cdc_provider.as_of import resolve_as_of
+from airflow_cdc_provider.assets import asset_event_extra, asset_from_argument, snapshot_asset
+from airflow_cdc_provider.hooks.cdc_replay import (
+    DEFAULT_DRIVER_LOG_LEVEL,
+    CdcReplayHook,
+    SnapshotRequest,
+    normalise_log_level,
+)
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
-
-
-def default_as_of(context: Context) -> datetime:
-    """The run's data interval end; runs without a data interval fall back to when the run was due."""
-    for candidate in (context.get("data_interval_end"), context.get("logical_date")):
-        if candidate is not None:
-            return candidate
-    return context["dag_run"].run_after
 
 
 class CdcSnapshotOperator(BaseOperator):
@@ -29,7 +29,10 @@ class CdcSnapshotOperator(BaseOperator):
     Runs the ``cdc-replay snapshot`` job (``airflow_cdc_provider/jobs/spark_app.py``) through the
     apache-spark provider's ``SparkSubmitHook`` and returns the job's ``_cdc_metrics.json`` object,
     which becomes the task's XCom ``return_value``. When the job fails, the task fails with the
-    job's own error message.
+    job's own error message. The task declares ``output_asset`` as its outlet; each run's asset
+    event carries ``{"output", "as_of", "rows", "tables": {table: rows}}``. With the OpenLineage
+    provider installed, the run also reports the landed inputs and one output per table with its
+    row count.
 
     :param source_format: ``--format`` name of the landed records, e.g. ``debezium-json``
         (``cdc-replay formats`` lists them). (templated)
@@ -41,13 +44,21 @@ class CdcSnapshotOperator(BaseOperator):
         datetime. ``None`` or an empty rendered string means the run's data interval end. (templated)
     :param key_columns: key column name(s) for tables whose records do not name their key
         (``--key``), or a mapping ``{qualified table: column(s)}`` for per-table keys. (templated)
-    :param tables: restrict the snapshot to these qualified table names (``--table``). (templated)
+    :param tables: restrict the snapshot to these qualified table names (``--table``); ``None``
+        or an empty rendered string means every table. (templated)
     :param conn_id: Airflow connection of type ``spark`` that gives the master (``local[*]``,
         ``spark://host:7077``, ``yarn``, ``k8s://...``); the task fails if it is missing.
     :param spark_conf: extra Spark properties for spark-submit (``--conf key=value``).
     :param on_error: ``quarantine`` (records that cannot be decoded go to ``_quarantine/``) or
         ``fail`` (the job fails on the first one).
     :param with_metadata: add ``_cdc_op``, ``_cdc_event_ts``, ``_cdc_position`` to every row.
+    :param output_asset: the Asset (or its URI) this task produces. Default: the folder of
+        ``output_path`` above its first templated part (``s3a://lake/snap/{{ ds }}`` gives
+        ``s3a://lake/snap``), or ``x-cdc-snapshot://<dag_id>/<task_id>`` when no part of it is
+        known at parse time.
+    :param driver_log_level: Spark's log level in the driver (``spark.log.level``), whose output
+        is the task log: ``WARN`` (default) keeps Spark's start-up chatter out; ``INFO`` or
+        ``DEBUG`` when you need it; ``None`` leaves Spark's own default.
     """
 
     template_fields: Sequence[str] = (
@@ -73,6 +84,8 @@ class CdcSnapshotOperator(BaseOperator):
         spark_conf: dict[str, Any] | None = None,
         on_error: str = "quarantine",
         with_metadata: bool = False,
+        output_asset: Asset | str | None = None,
+        driver_log_level: str | None = DEFAULT_DRIVER_LOG_LEVEL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -86,6 +99,15 @@ class CdcSnapshotOperator(BaseOperator):
         self.spark_conf = spark_conf
         self.on_error = on_error
         self.with_metadata = with_metadata
+        self.driver_log_level = normalise_log_level(driver_log_level)  # a typo fails when the DAG is parsed
+        dag_id = self.dag.dag_id if self.has_dag() else None
+        self.output_asset = (
+            asset_from_argument(output_asset) if output_asset is not None else snapshot_asset(output_path, dag_id, self.task_id)
+        )
+        if self.output_asset not in self.outlets:
+            self.outlets = [*self.outlets, self.output_asset]
+        self._request: SnapshotRequest | None = None
+        self._metrics: dict[str, Any] | None = None
 
     @cached_property
     def hook(self) -> CdcReplayHook:
@@ -93,22 +115,34 @@ class CdcSnapshotOperator(BaseOperator):
             conn_id=self.conn_id,
             spark_conf=self.spark_conf,
             name=f"cdc-replay-{self.dag_id}.{self.task_id}",
+            driver_log_level=self.driver_log_level,
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        as_of = self.as_of if self.as_of not in (None, "") else default_as_of(context)
         request = SnapshotRequest.build(
             source_format=self.source_format,
             input_paths=self.input_paths,
             output_path=self.output_path,
-            as_of=as_of,
+            as_of=resolve_as_of(self.as_of, context),
             key_columns=self.key_columns,
-            tables=self.tables,
+            tables=self.tables or None,
             on_error=self.on_error,
             with_metadata=self.with_metadata,
         )
+        self._request = request
         self.log.info("Rebuilding snapshot as of %s into %s", request.as_of, request.output_path)
-        return self.hook.run_snapshot(request)
+        metrics = self.hook.run_snapshot(request)
+        self._metrics = metrics
+        context["outlet_events"][self.output_asset].extra.update(asset_event_extra(metrics))
+        return metrics
 
     def on_kill(self) -> None:
         self.hook.on_kill()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage | None:
+        """Inputs, one output per table and its row count (called by the OpenLineage provider)."""
+        if self._request is None or self._metrics is None:
+            return None
+        from airflow_cdc_provider.lineage import snapshot_lineage
+
+        return snapshot_lineage(self._request.input_paths, self._metrics)

@@ -1,20 +1,28 @@
 """CdcSnapshotOperator and CdcReplayHook: argument safety, defaults, and real runs under dag.test().
 
-The dag.test() runs really call spark-submit (local[2]); each costs about 20 s, so there are two.
+The dag.test() runs really call spark-submit (local[2]); each costs about 20 s, so there are two,
+plus one submission that is killed while it starts.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pendulum
 import pytest
 
 from tests import airflow_env
+from airflow_cdc_provider.as_of import resolve_as_of
 from airflow_cdc_provider.hooks.cdc_replay import (
     CdcJobArgumentError,
     CdcReplayHook,
+    CdcReplayJobError,
     SnapshotRequest,
     SparkTarget,
 )
@@ -67,6 +75,7 @@ def run_conf(tmp_path: Path, landed: Path, **overrides) -> dict:
         "key": ["id"],
         "tables": [],
         "report_file": str(tmp_path / "task_exception.txt"),
+        "lineage_file": str(tmp_path / "lineage.json"),
     }
     conf.update(overrides)
     return conf
@@ -150,35 +159,96 @@ def test_values_that_could_inject_options_are_refused(field, value, message):
 
 
 def test_as_of_defaults_to_data_interval_end():
-    captured = {}
-
-    class RecordingHook:
-        def run_snapshot(self, request):
-            captured["request"] = request
-            return {"rows": 0}
-
-    op = CdcSnapshotOperator(
-        task_id="snap", source_format="debezium-json", input_paths="/lake/a", output_path="/lake/out", as_of=""
-    )
-    op.__dict__["hook"] = RecordingHook()
     end = pendulum.datetime(2024, 9, 2, 0, 0, tz="UTC")
-    assert op.execute({"data_interval_end": end, "logical_date": end.subtract(days=1)}) == {"rows": 0}
-    assert captured["request"].as_of == "2024-09-02T00:00:00+00:00"
+    context = {"data_interval_end": end, "logical_date": end.subtract(days=1)}
+    assert resolve_as_of("", context) == "2024-09-02T00:00:00+00:00"
+    assert resolve_as_of(None, context) == "2024-09-02T00:00:00+00:00"
+    assert resolve_as_of(None, {"data_interval_end": None, "logical_date": end}) == "2024-09-02T00:00:00+00:00"
+    assert resolve_as_of("2024-09-01T06:00:00Z", context) == "2024-09-01T06:00:00Z"
     assert set(CdcSnapshotOperator.template_fields) >= {"input_paths", "output_path", "as_of", "key_columns", "tables"}
 
 
 def test_submit_conf_defaults_only_for_local_masters():
     hook = CdcReplayHook(spark_conf={"spark.executor.memory": "2g"})
+    quiet = {"spark.log.level": "WARN"}
     loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     local_memory = {"spark.driver.memory": "2g"}
-    assert hook.submit_conf(SparkTarget("local[2]")) == {"spark.executor.memory": "2g", **loopback, **local_memory}
-    assert hook.submit_conf(SparkTarget("spark://127.0.0.1:7077")) == {"spark.executor.memory": "2g", **loopback}
-    assert hook.submit_conf(SparkTarget("spark://cluster:7077")) == {"spark.executor.memory": "2g"}
-    assert hook.submit_conf(SparkTarget("yarn", deploy_mode="cluster")) == {"spark.executor.memory": "2g"}
-    own = CdcReplayHook(spark_conf={"spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g"}).submit_conf(
-        SparkTarget("local[*]")
+    this_python = {"spark.pyspark.python": sys.executable}
+    user = {"spark.executor.memory": "2g"}
+    assert hook.submit_conf(SparkTarget("local[2]")) == {**user, **quiet, **loopback, **local_memory}
+    assert hook.submit_conf(SparkTarget("spark://127.0.0.1:7077")) == {**user, **quiet, **loopback, **this_python}
+    assert hook.submit_conf(SparkTarget("spark://cluster:7077")) == {**user, **quiet}
+    assert hook.submit_conf(SparkTarget("spark://cluster:7077", deploy_mode="cluster")) == {
+        **user, **quiet, "spark.standalone.submit.waitAppCompletion": "true"
+    }
+    assert hook.submit_conf(SparkTarget("yarn", deploy_mode="cluster")) == {**user, **quiet}
+    own = CdcReplayHook(
+        spark_conf={"spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.log.level": "ERROR"}
+    ).submit_conf(SparkTarget("local[*]"))
+    assert own == {
+        "spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.log.level": "ERROR",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }  # fmt: skip
+
+
+def test_driver_log_level_is_spark_log_level_unless_left_to_spark():
+    target = SparkTarget("spark://cluster:7077")
+    assert CdcReplayHook(driver_log_level="info").submit_conf(target) == {"spark.log.level": "INFO"}
+    assert CdcReplayHook(driver_log_level=None).submit_conf(target) == {}
+    for build in (
+        lambda: CdcReplayHook(driver_log_level="quiet"),
+        lambda: CdcSnapshotOperator(
+            task_id="t", source_format="debezium-json", input_paths="/i", output_path="/o", driver_log_level="quiet"
+        ),
+    ):
+        with pytest.raises(CdcJobArgumentError) as raised:
+            build()
+        assert str(raised.value) == "driver_log_level must be one of ALL, DEBUG, ERROR, FATAL, INFO, OFF, TRACE, WARN, got 'quiet'"
+
+
+def test_submit_env_binds_spark_to_loopback_only_for_masters_on_this_machine(monkeypatch):
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    assert CdcReplayHook.submit_env(SparkTarget("local[2]"))["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert CdcReplayHook.submit_env(SparkTarget("spark://localhost:7077"))["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert "SPARK_LOCAL_IP" not in CdcReplayHook.submit_env(SparkTarget("yarn"))
+    path = CdcReplayHook.submit_env(SparkTarget("yarn"))["PATH"].split(os.pathsep)
+    assert path[0] == str(Path(sys.executable).parent)
+
+
+def test_output_asset_is_the_stable_part_of_the_output_path():
+    from airflow.sdk import DAG, Asset
+
+    def asset_of(**kwargs) -> Asset:
+        with DAG("cdc_asset_test", schedule=None):
+            op = CdcSnapshotOperator(task_id="snap", source_format="debezium-json", input_paths="/lake/in", **kwargs)
+        assert op.outlets == [op.output_asset]
+        return op.output_asset
+
+    assert asset_of(output_path="s3a://lake/snapshots/customers/dt={{ ds }}").uri == "s3a://lake/snapshots/customers"
+    assert asset_of(output_path="/lake/snapshots/customers/{{ ds }}/x").uri == "file:///lake/snapshots/customers"
+    assert asset_of(output_path="/lake/snapshots/customers").uri == "file:///lake/snapshots/customers"
+    assert asset_of(output_path="{{ params.output }}").uri == "x-cdc-snapshot://cdc_asset_test/snap"
+    assert asset_of(output_path="/lake/s", output_asset=Asset("customers_snapshot")).name == "customers_snapshot"
+    assert asset_of(output_path="/lake/s", output_asset="gs://bucket/snap").uri == "gs://bucket/snap"
+
+
+def test_the_operator_needs_no_openlineage_provider():
+    """Parsing and building tasks never import OpenLineage; with its client missing, nothing breaks."""
+    code = (
+        "import sys\n"
+        "sys.modules['openlineage'] = None  # as if the OpenLineage client were not installed\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator\n"
+        "with DAG('d', schedule=None):\n"
+        "    op = CdcSnapshotOperator(task_id='t', source_format='debezium-json', input_paths='/i', output_path='/o')\n"
+        "loaded = [m for m in sys.modules if m.startswith('openlineage.') or m.startswith('airflow.providers.openlineage.')\n"
+        "          and m != 'airflow.providers.openlineage.get_provider_info']\n"
+        "print(op.get_openlineage_facets_on_complete(None), loaded)\n"
     )
-    assert own == {"spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.driver.bindAddress": "127.0.0.1"}
+    env = {**os.environ, "AIRFLOW_HOME": str(airflow_env.AIRFLOW_HOME)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "None []"
 
 
 def test_metrics_are_read_through_object_storage_for_uris():
@@ -194,9 +264,10 @@ def test_metrics_are_read_through_object_storage_for_uris():
 # ------------------------------------------------------------------------------------------------
 
 
-def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed):
+def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed, capfd):
     conf = run_conf(tmp_path, landed)
     dag_run = operator_dag("cdc_operator_test").test(run_conf=conf)
+    log = capfd.readouterr()
 
     assert airflow_env.task_states(dag_run) == {"snapshot": "success"}
     metrics = airflow_env.xcom_return_value(dag_run, "snapshot")
@@ -222,6 +293,25 @@ def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed):
     rows = pq.read_table(output / "default.customers").to_pylist()
     assert rows == [ANNE_MARIE]
 
+    # The output asset's event carries the row counts.
+    assert airflow_env.asset_event_extras("x-cdc-snapshot://cdc_operator_test/snapshot", dag_run.run_id) == [
+        {"output": f"file:{output}", "as_of": AS_OF, "rows": 1, "tables": {"default.customers": 1}}
+    ]
+
+    # OpenLineage: the landed inputs, one output per table, its row count.
+    lineage = json.loads(Path(conf["lineage_file"]).read_text(encoding="utf-8"))
+    assert [(d["namespace"], d["name"]) for d in lineage["inputs"]] == [
+        ("file", str(landed / "a.jsonl")), ("file", str(landed / "b.jsonl"))
+    ]
+    assert [
+        (d["namespace"], d["name"], d["outputFacets"]["outputStatistics"]["rowCount"]) for d in lineage["outputs"]
+    ] == [("file", f"{output}/default.customers", 1)]
+
+    # Spark's own INFO chatter stays out of the task log (driver_log_level WARN); the job's own lines stay.
+    task_log = log.out + log.err
+    assert "snapshot of 1 table(s) as of 2024-09-02T08:00:05+00:00 written to" in task_log
+    assert [name for name in ("INFO SparkEnv:", "INFO BlockManager", "INFO Executor:", "INFO DAGScheduler:") if name in task_log] == []
+
 
 def test_failed_job_fails_the_task_with_the_job_message(airflow_db, tmp_path, landed):
     # No --key: plain Debezium values do not name their key, so the job must refuse, naming the table.
@@ -246,3 +336,58 @@ def test_missing_connection_fails_the_task_clearly(airflow_db, tmp_path, landed)
     )
     assert "YARN" in raised
     assert not Path(conf["output"]).exists()
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                table[int(entry.name)] = (parent, (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except (OSError, ValueError):
+                continue
+    return table
+
+
+def running_submission() -> tuple[int, int] | None:
+    """(spark-submit JVM, job's Python driver) started by this process, once both are up."""
+    table = processes()
+    jvms = [pid for pid, (parent, cmd) in table.items() if parent == os.getpid() and "java" in cmd.split(" ")[0]]
+    drivers = [pid for pid, (parent, cmd) in table.items() if parent in jvms and "spark_app.py" in cmd]
+    return (jvms[0], drivers[0]) if drivers else None
+
+
+def test_on_kill_stops_the_running_submission(tmp_path, landed):
+    operator = CdcSnapshotOperator(
+        task_id="snapshot", source_format="debezium-json", input_paths=str(landed),
+        output_path=str(tmp_path / "snapshot"), as_of=AS_OF, key_columns=["id"],
+    )  # fmt: skip
+    raised: list[BaseException] = []
+
+    def execute() -> None:
+        try:
+            operator.execute({})
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            raised.append(exc)
+
+    worker = threading.Thread(target=execute)
+    worker.start()
+    deadline = time.monotonic() + 120
+    while (started := running_submission()) is None and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert started, "the job's driver never started"
+
+    operator.on_kill()
+    worker.join(timeout=60)
+
+    assert not worker.is_alive()
+    assert [type(exc) for exc in raised] == [CdcReplayJobError]
+    assert str(raised[0]).startswith("cdc-replay job failed without writing an error report: Cannot execute: spark-submit")
+    assert "Error code is: -9." in str(raised[0])
+    deadline = time.monotonic() + 30  # the driver notices its JVM is gone and exits
+    while set(started) & set(processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert set(started) & set(processes()) == set()
+    assert not (tmp_path / "snapshot").exists()

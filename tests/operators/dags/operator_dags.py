@@ -6,24 +6,13 @@ serialized from a DAG bundle. ``render_template_as_native_obj`` keeps list param
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pendulum
 from airflow.sdk import DAG
 
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
+from tests.dag_callbacks import record_exception, record_lineage
 
-
-def record_exception(context: dict[str, Any]) -> None:
-    """Failure callback: write the task's exception where the test can read it."""
-    report = context["params"].get("report_file")
-    if report:
-        exc = context.get("exception")
-        Path(report).write_text(f"{type(exc).__name__}: {exc}", encoding="utf-8")
-
-
-PARAMS = {"inputs": [], "output": "", "as_of": "", "key": [], "tables": [], "report_file": ""}
+PARAMS = {"inputs": [], "output": "", "as_of": "", "key": [], "tables": [], "report_file": "", "lineage_file": ""}
 
 
 def _snapshot_task(conn_id: str) -> CdcSnapshotOperator:
@@ -37,6 +26,7 @@ def _snapshot_task(conn_id: str) -> CdcSnapshotOperator:
         tables="{{ params.tables }}",
         conn_id=conn_id,
         on_failure_callback=record_exception,
+        on_success_callback=record_lineage,
     )
 
 

@@ -1,0 +1,104 @@
+"""The per-format event-time extractors: the same field, unit and time zone as each decoder reads."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+
+from airflow_cdc_provider.event_time import (
+    EXTRACTORS,
+    UnsupportedEventTimeFormatError,
+    extractor_for,
+    newest_event_ms,
+)
+
+T = 1725264000000  # 2024-09-02T08:00:00Z
+
+
+def line(obj: object) -> str:
+    return json.dumps(obj)
+
+
+@pytest.mark.parametrize(
+    ("source_format", "record", "expected"),
+    [
+        # Debezium: source.ts_ms wins over the envelope's ts_ms; payload wrapper or bare envelope.
+        ("debezium-json", line({"schema": {}, "payload": {"op": "c", "ts_ms": T + 8, "source": {"ts_ms": T}}}), T),
+        ("debezium-json", line({"op": "u", "ts_ms": T + 8, "source": {"ts_ms": T + 1}}), T + 1),
+        ("debezium-json", line({"ts_ms": T + 5}), T + 5),  # heartbeat: the stream's progress
+        ("debezium-json", "null", None),  # Kafka tombstone
+        ("debezium-json", "", None),
+        ("debezium-json", '{"op": "c", "source": {"ts_ms": 172526', None),  # a line cut short
+        ("cdl-json", line({"schema": {}, "payload": {"OPERATION": "INSERT", "TIMESTAMP": str(T)}}), T),
+        ("cdl-json", line({"OPERATION": "DELETE", "TIMESTAMP": T + 2}), T + 2),
+        ("canal-json", line({"type": "INSERT", "es": T, "ts": T + 900}), T),
+        ("canal-json", line({"type": "INSERT", "es": str(T + 3)}), T + 3),
+        ("shareplex-json", line({"meta": {"time": "2024-09-02T08:00:00"}}), T),  # no offset: UTC
+        ("shareplex-json", line({"meta": {"time": "2024-09-02T10:00:00+02:00"}}), T),
+        ("shareplex-json", line({"meta": {"time": "1725264000"}}), T),  # epoch seconds
+        ("shareplex-json", line({"meta": {"time": str(T + 7)}}), T + 7),  # 13 digits: ms
+        ("datahub-blob", line({"payload": {"op": "INSERT", "timestamp": {"eventTime": str(T)}}}), T),
+        ("datahub-blob", line({"payload": {"timestamp": {"eventTime": "-1", "systemTime": "-1"}}}), None),  # full load
+        ("datahub-tuple", line({"_excute_time_": str(T)}), T),
+        ("datahub-tuple", line({"_excute_time_": T * 1000 + 999}), T),  # 16 digits: microseconds
+        ("datahub-tuple", line({"_excute_time_": "2024-09-02 08:00:00"}), T),
+        ("qlik-json", line({"magic": "atMSG", "type": "DT", "message": {"headers": {"timestamp": "2024-09-02T08:00:00.250"}}}), T + 250),
+        ("qlik-json", line({"magic": "atMSG", "type": "MD", "message": {"lineage": {"timestamp": "2024-09-02T09:00:00"}}}), None),
+        ("qlik-json", line({"message": {"headers": {"timestamp": ""}}}), None),  # REFRESH rows
+    ],
+)
+def test_each_format_reads_its_event_time(source_format, record, expected):
+    assert extractor_for(source_format)(record) == expected
+
+
+def test_dts_avro_reads_the_source_timestamp_of_a_base64_message():
+    import fastavro
+
+    from airflow_cdc_provider.formats.dts_avro_schema import record_schema
+
+    schema = fastavro.parse_schema(record_schema(born_timestamp=True))
+    record = {
+        "version": 1,
+        "id": 42,
+        "sourceTimestamp": T // 1000,
+        "sourcePosition": "1@mysql-bin.000001",
+        "safeSourcePosition": "1@mysql-bin.000001",
+        "sourceTxid": "0",
+        "source": {"sourceType": "MySQL", "version": "5.7"},
+        "operation": "INSERT",
+        "objectName": "shop.orders",
+        "processTimestamps": None,
+        "tags": {},
+        "fields": None,
+        "beforeImages": None,
+        "afterImages": None,
+        "bornTimestamp": T // 1000 + 1,
+    }
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, record)
+    dump = line({"topic": "dts", "offset": 7, "value": base64.b64encode(buffer.getvalue()).decode("ascii")})
+
+    assert extractor_for("dts-avro")(dump) == T
+    assert extractor_for("dts-avro")(line({"value": "bm90IGF2cm8="})) is None  # "not avro"
+
+
+def test_newest_event_is_the_largest_whatever_the_order():
+    records = [line({"es": T + 5}), "null", line({"es": T + 9}), line({"es": T + 1}), "garbage"]
+    assert newest_event_ms("canal-json", records) == T + 9
+    assert newest_event_ms("canal-json", ["null", ""]) is None
+
+
+def test_every_registered_format_has_an_extractor_and_unknown_ones_are_refused():
+    from airflow_cdc_provider.formats import format_names
+
+    assert sorted(EXTRACTORS) == format_names()
+    with pytest.raises(UnsupportedEventTimeFormatError) as raised:
+        extractor_for("maxwell-json")
+    assert str(raised.value) == (
+        "the event_time strategy cannot read event times of source_format 'maxwell-json'; it knows canal-json, "
+        "cdl-json, datahub-blob, datahub-tuple, debezium-json, dts-avro, qlik-json, shareplex-json. "
+        "Use strategy 'marker' or 'partition' instead."
+    )
