@@ -197,6 +197,15 @@ def resolve(folded: DataFrame, carry_moves: bool = False) -> DataFrame:
         exists, image, _ = _state_before(None, F.col("carries"))
     else:
         exists, image, _ = _state_before(None)
+    # Most keys only ever see full images: their row is the latest one, no walk needed.
+    reset = F.col("reset")
+    simple = (
+        (F.size("partials") == 0) & (F.size("moves_out") == 0)
+        & F.coalesce(F.size("truncs") == 0, F.lit(True)) & F.coalesce(F.size("drops") == 0, F.lit(True))
+    )
+    exists = F.when(simple, F.coalesce(reset["op"] != ev.OP_DELETE, F.lit(False))).otherwise(exists)
+    image = F.when(simple, F.when(reset["op"] != ev.OP_DELETE, F.coalesce(reset["after"], ev.empty_image()))
+                   .otherwise(ev.empty_image())).otherwise(image)
     counts = _walk(F.col("history"), F.col("truncs"))
     is_row = F.col("_tag") == TAG_ROW
     return rows.select(
