@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+if TYPE_CHECKING:
+    from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 
 # --format name -> "module:Class"; imported on use so one broken optional decoder cannot stop the others.
 _REGISTRY: dict[str, str] = {
@@ -36,6 +38,15 @@ def get_decoder(name: str) -> Decoder:
         ) from None
     module_name, class_name = target.split(":")
     return getattr(importlib.import_module(module_name), class_name)()
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so Spark-free modules (the sensor's event-time probe) can use format helpers without PySpark.
+    if name in ("DecodeOptions", "Decoder"):
+        from airflow_cdc_provider.formats import base
+
+        return getattr(base, name)
+    raise AttributeError(name)
 
 
 __all__ = ["DecodeOptions", "Decoder", "UnknownFormatError", "format_names", "get_decoder"]
