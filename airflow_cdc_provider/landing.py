@@ -8,15 +8,25 @@ the record's place in its file. Small files (the usual Kafka-sink landing) are r
 gives exact line numbers and lets a pretty-printed JSON document be one record. Large files are
 read line by line in splits; their ``file_pos`` still orders records exactly, but only the
 byte offset of the split is known, so ``line`` is null for them.
+
+Two kinds of damage are flagged here, where the bytes are still at hand. A compressed file that
+breaks off (a gzip cut short by a failed upload) makes Hadoop's codec throw, which would fail the
+whole job: ``checkpoint_salvaging`` catches that, marks the file ``damaged`` and reads it again,
+keeping the lines its codec delivers before the break plus one record that stands for the lost
+rest. Bytes that are not UTF-8 are flagged ``not_utf8`` per line, before anything decodes them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from py4j.protocol import Py4JError
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from airflow_cdc_provider.landing_probe import is_hidden
 from airflow_cdc_provider.replay.events import plan_barrier
 
 # Files up to this size are read whole (exact line numbers, multi-line documents).
@@ -24,14 +34,20 @@ WHOLE_FILE_MAX_BYTES = 64 * 1024 * 1024
 # A compressed file expands; keep the in-memory text of a whole-read file bounded.
 WHOLE_FILE_MAX_COMPRESSED_BYTES = 8 * 1024 * 1024
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".deflate", ".zst", ".lz4", ".snappy")
+# Driver threads checking small compressed files once one of them turned out damaged.
+_SCAN_THREADS = 16
 # Low bits of a split record's file_pos hold its index inside the split (< split bytes).
 _SPLIT_INDEX_BITS = 28
 
-LINES_COLUMNS = ("file", "file_pos", "line", "text", "unterminated")
+LINES_COLUMNS = ("file", "file_pos", "line", "text", "unterminated", "damaged", "not_utf8")
+# Spark's error condition for a file whose bytes could not be read (the cause says why).
+_FAILED_READ_FILE = "FAILED_READ_FILE"
+# Causes that are not damage inside the file: it vanished or may not be read.
+_NOT_DAMAGE = ("java.io.FileNotFoundException", "org.apache.hadoop.security.AccessControlException")
 
 
 class LandingError(ValueError):
-    """An input path is missing or holds nothing to read."""
+    """An input path is missing, holds nothing to read, or a file cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,8 @@ class LandedFile:
     path: str  # fully qualified URI, as Spark reports it in _metadata.file_path
     size: int
     modified_ms: int
+    # The file's compressed stream breaks off: read what it delivers, then one "truncated" record.
+    damaged: bool = False
 
     @property
     def compressed(self) -> bool:
@@ -48,11 +66,6 @@ class LandedFile:
     def read_whole(self) -> bool:
         limit = WHOLE_FILE_MAX_COMPRESSED_BYTES if self.compressed else WHOLE_FILE_MAX_BYTES
         return self.size <= limit
-
-
-def _hidden(name: str) -> bool:
-    # Spark's own rule: _SUCCESS, _cdc_metrics.json, .crc files and the like are not data.
-    return name.startswith(("_", "."))
 
 
 def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile]:
@@ -77,10 +90,10 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
                     st = it.next()
                     uri = st.getPath().toString()
                     relative = uri[len(root):] if uri.startswith(root) else st.getPath().getName()
-                    if any(_hidden(part) for part in relative.split("/")):
+                    if any(is_hidden(part) for part in relative.split("/")):
                         continue
                     found[uri] = LandedFile(uri, st.getLen(), st.getModificationTime())
-            elif not _hidden(status.getPath().getName()):
+            elif not is_hidden(status.getPath().getName()):
                 uri = status.getPath().toString()
                 found[uri] = LandedFile(uri, status.getLen(), status.getModificationTime())
     if not found:
@@ -97,57 +110,219 @@ def _strip_cr(text: Column) -> Column:
     return F.when(text.endswith("\r"), F.substring(text, 1, F.length(text) - 1)).otherwise(text)
 
 
+def _reader(spark: SparkSession):
+    """Spark's text reader, failing on a damaged file whatever the session says.
+
+    With ``spark.sql.files.ignoreCorruptFiles`` on, Spark would drop the rest of a damaged file
+    without a trace; failing lets ``checkpoint_salvaging`` account for it instead.
+    """
+    return spark.read.option("ignoreCorruptFiles", "false")
+
+
 def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
-    files = spark.read.text(paths, wholetext=True).select(
-        F.col("_metadata.file_path").alias("file"), _strip_bom(F.col("value")).alias("content")
+    """Small files read whole: exact line numbers, and a pretty-printed document is one record.
+
+    Spark's ``split`` decodes the text, turning bytes that are not UTF-8 into U+FFFD, so validity
+    is checked on the whole file first; in a file that is not valid UTF-8, a line is flagged when
+    it holds U+FFFD after the split (a genuine U+FFFD there is flagged too: set aside, never changed).
+    """
+    files = _reader(spark).text(paths, wholetext=True).select(
+        F.col("_metadata.file_path").alias("file"),
+        _strip_bom(F.col("value")).alias("content"),
+        F.is_valid_utf8(F.col("value")).alias("utf8"),
     )
     # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
     document = F.col("content").rlike(r"^\s*[\[{][ \t\r]*(\n|$)")
     # Materialise the split once per file: expressions beside a generator are re-evaluated per output row.
     per_file = files.select(
         "file",
+        "utf8",
         document.alias("document"),
         F.col("content").endswith("\n").alias("terminated"),
         F.when(document, F.array(F.col("content"))).otherwise(F.split(F.col("content"), "\n")).alias("records"),
-    ).select("file", "document", "terminated", "records", F.size("records").alias("n"))
+    ).select("file", "utf8", "document", "terminated", "records", F.size("records").alias("n"))
     exploded = plan_barrier(per_file).select(
-        "file", "document", "terminated", "n", F.posexplode("records").alias("idx", "text")
+        "file", "utf8", "document", "terminated", "n", F.posexplode("records").alias("idx", "text")
     )
+    text = F.col("text")
     last = F.col("idx") == F.col("n") - 1
-    return exploded.where(~(last & (F.col("text") == "") & ~F.col("document"))).select(
+    return exploded.where(~(last & (text == "") & ~F.col("document"))).select(
         "file",
         F.col("idx").cast("long").alias("file_pos"),
         (F.col("idx") + 1).cast("long").alias("line"),
-        F.when(F.col("document"), F.col("text")).otherwise(_strip_cr(F.col("text"))).alias("text"),
+        F.when(F.col("document"), text).otherwise(_strip_cr(text)).alias("text"),
         (last & ~F.col("terminated") & ~F.col("document")).alias("unterminated"),
+        F.lit(False).alias("damaged"),
+        (~F.col("utf8") & (~F.is_valid_utf8(text) | (F.instr(text, "\ufffd") > 0))).alias("not_utf8"),
     )
 
 
 def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     in_partition = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
-    return spark.read.text(paths).select(
+    return _reader(spark).text(paths).select(
         F.col("_metadata.file_path").alias("file"),
         (F.col("_metadata.file_block_start") * F.lit(1 << _SPLIT_INDEX_BITS) + in_partition).alias("file_pos"),
         F.lit(None).cast("long").alias("line"),
         _strip_cr(_strip_bom(F.col("value"))).alias("text"),
         # A split cannot see whether its last line ends the file; truncation is caught by parsing.
         F.lit(False).alias("unterminated"),
+        F.lit(False).alias("damaged"),
+        (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
     )
 
 
+def _salvaged_records(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """Damaged compressed files: the complete lines their codec delivers, then one damaged record.
+
+    ``ignoreCorruptFiles`` makes Spark keep what it read before the codec threw and skip the rest
+    of that file only. A compressed file is never split, so its lines arrive in order in one
+    partition and are numbered exactly. The damaged record (no text: the rest cannot be
+    decompressed) comes after the last delivered line, so it is accounted for like any other.
+    """
+    delivered = spark.read.option("ignoreCorruptFiles", "true").text(paths).select(
+        F.col("_metadata.file_path").alias("file"),
+        F.monotonically_increasing_id().alias("_read_order"),
+        _strip_cr(_strip_bom(F.col("value"))).alias("text"),
+        (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
+    )
+    in_file_order = Window.partitionBy("file").orderBy("_read_order")
+    numbered = delivered.select("file", (F.row_number().over(in_file_order) - 1).alias("idx"), "text", "not_utf8")
+    lines = numbered.select(
+        "file",
+        F.col("idx").cast("long").alias("file_pos"),
+        (F.col("idx") + 1).cast("long").alias("line"),
+        "text",
+        F.lit(False).alias("unterminated"),
+        F.lit(False).alias("damaged"),
+        "not_utf8",
+    )
+    damaged = spark.createDataFrame([(p,) for p in paths], "file string")
+    counts = numbered.groupBy("file").agg(F.count(F.lit(1)).alias("n"))
+    rest = damaged.join(counts, "file", "left").select(
+        "file",
+        F.coalesce(F.col("n"), F.lit(0)).cast("long").alias("file_pos"),
+        (F.coalesce(F.col("n"), F.lit(0)) + 1).cast("long").alias("line"),
+        F.lit(None).cast("string").alias("text"),
+        F.lit(True).alias("unterminated"),
+        F.lit(True).alias("damaged"),
+        F.lit(False).alias("not_utf8"),
+    )
+    return lines.unionByName(rest)
+
+
 def read_records(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
-    """One row per landed line (or whole document): ``file, file_pos, line, text, unterminated``.
+    """One row per landed line (or whole document): the columns of ``LINES_COLUMNS``.
 
     Blank lines are kept (decoders drop them uncounted); the caller decides what text means.
+    ``damaged`` marks the one record (text null) that stands for the unreadable rest of a
+    damaged compressed file; ``not_utf8`` a record whose bytes are not UTF-8 (its text holds
+    U+FFFD where they were).
     """
-    whole = [f.path for f in files if f.read_whole]
-    split = [f.path for f in files if not f.read_whole]
+    whole = [f.path for f in files if not f.damaged and f.read_whole]
+    split = [f.path for f in files if not f.damaged and not f.read_whole]
+    damaged = [f.path for f in files if f.damaged]
     parts = []
     if whole:
         parts.append(_whole_file_records(spark, whole))
     if split:
         parts.append(_split_file_records(spark, split))
+    if damaged:
+        parts.append(_salvaged_records(spark, damaged))
     result = parts[0]
     for part in parts[1:]:
         result = result.unionByName(part)
     return result
+
+
+def _java_causes(exc: BaseException) -> list:
+    """The Java exception behind a failed Spark call, then its causes (empty for a Python error)."""
+    chain = []
+    # Py4JJavaError carries it as java_exception; PySpark's converted errors as _origin.
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    while java is not None and len(chain) < 32:
+        chain.append(java)
+        java = java.getCause()
+    return chain
+
+
+def _condition(java) -> str | None:
+    """Spark's error condition of a Java exception (None for exceptions that are not Spark's)."""
+    try:
+        return java.getCondition()
+    except Py4JError:
+        return None
+
+
+def unreadable_file(exc: BaseException) -> tuple[str, str, str] | None:
+    """``(path, root cause class, its message)`` when a Spark job failed reading one file, else None."""
+    causes = _java_causes(exc)
+    for java in causes:
+        condition = _condition(java)
+        if isinstance(condition, str) and condition.startswith(_FAILED_READ_FILE):
+            root = causes[-1]
+            return java.getMessageParameters().get("path"), root.getClass().getName(), str(root.getMessage())
+    return None
+
+
+def _broken_streams(spark: SparkSession, files: list[LandedFile]) -> set[str]:
+    """Paths among ``files`` whose compressed stream breaks off, decompressed on the driver.
+
+    Runs in the JVM (Hadoop's codecs, ``transferTo`` a null sink), a few files at a time.
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
+    sink = jvm.java.io.OutputStream.nullOutputStream()
+
+    def broken(landed: LandedFile) -> bool:
+        path = jvm.org.apache.hadoop.fs.Path(landed.path)
+        codec = codecs.getCodec(path)
+        if codec is None:
+            return False
+        raw = path.getFileSystem(conf).open(path)
+        try:
+            codec.createInputStream(raw).transferTo(sink)
+        except Py4JError:
+            return True
+        finally:
+            raw.close()
+        return False
+
+    with ThreadPoolExecutor(max_workers=min(_SCAN_THREADS, max(1, len(files)))) as pool:
+        return {f.path for f, bad in zip(files, pool.map(broken, files)) if bad}
+
+
+def checkpoint_salvaging(
+    spark: SparkSession, files: list[LandedFile], build: Callable[[list[LandedFile]], DataFrame]
+) -> tuple[DataFrame, list[LandedFile]]:
+    """``build(files)`` materialised once (``localCheckpoint``), surviving damaged compressed files.
+
+    When the read fails inside a compressed file, that file is marked damaged, the other small
+    compressed files (those read whole) are checked on the driver so that all damaged ones are
+    found at once, and the build runs again. A large damaged file found later costs one more
+    attempt; an intact landing costs nothing extra. Any other unreadable file stops the run with
+    a ``LandingError`` naming the file and the cause (never record content). Returns the
+    checkpointed frame and the files as finally read.
+    """
+    jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    by_path = {jvm_path(f.path).toString(): f for f in files}
+    scanned = False
+    while True:
+        try:
+            return build(files).localCheckpoint(eager=True), files
+        except Exception as exc:
+            failed = unreadable_file(exc)
+            if failed is None:
+                raise
+            path, cause, message = failed
+            landed = by_path.get(jvm_path(path).toString()) if path else None
+            if landed is None or landed.damaged or not landed.compressed or cause in _NOT_DAMAGE:
+                shown = landed.path if landed else path
+                raise LandingError(f"cannot read landed file {shown}: {cause}: {message}") from None
+        damaged = {landed.path}
+        if not scanned:
+            scanned = True
+            small = [f for f in files if f.compressed and f.read_whole and not f.damaged and f is not landed]
+            damaged |= _broken_streams(spark, small)
+        files = [replace(f, damaged=True) if f.path in damaged else f for f in files]
+        by_path = {jvm_path(f.path).toString(): f for f in files}

@@ -41,6 +41,7 @@ from airflow_cdc_provider.replay.events import (
     Q_MISSING_IMAGE,
     Q_MISSING_OP,
     Q_MISSING_TABLE,
+    Q_NOT_UTF8,
     Q_TRUNCATED,
     Q_TYPE_MISMATCH,
     Q_UNKNOWN_OP,
@@ -179,13 +180,16 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     Built in stages (fields, then the map, then its entries) so that Spark computes the parse
     once per line instead of inlining it into every use.
     """
-    records = read_records(spark, files).where(F.trim(F.col("text")) != "")
-    headers = records.groupBy("file").agg(
+    # The stand-in for the lost rest of a damaged compressed file has no text, but is a record.
+    records = read_records(spark, files).where((F.trim(F.col("text")) != "") | F.col("damaged"))
+    headers = records.where(~F.col("damaged")).groupBy("file").agg(
         F.min_by("text", "file_pos").alias("header_text"), F.min("file_pos").alias("header_pos")
     )
-    rows = records.join(F.broadcast(headers), "file").where(F.col("file_pos") != F.col("header_pos"))
+    rows = records.join(F.broadcast(headers), "file", "left").where(
+        ~F.coalesce(F.col("file_pos") == F.col("header_pos"), F.lit(False))
+    )
     split = rows.select(
-        "file", "file_pos", "line", "text", "unterminated",
+        "file", "file_pos", "line", "text", "unterminated", "damaged", "not_utf8",
         csv_fields(F.col("header_text"), empty_as_null=False).alias("names"),
         csv_fields(F.col("text")).alias("values"),
     )
@@ -193,7 +197,9 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     header_ok = (F.size(F.array_distinct(names)) == F.size(names)) & ~F.array_contains(names, "")
     fits = header_ok & (F.size(names) == F.size(values))
     bad = (
-        F.when(fits, F.lit(None).cast("string"))
+        F.when(F.col("damaged"), F.lit(Q_TRUNCATED))
+        .when(F.col("not_utf8"), F.lit(Q_NOT_UTF8))
+        .when(fits, F.lit(None).cast("string"))
         .when(F.col("unterminated") & header_ok & (F.size(values) < F.size(names)), F.lit(Q_TRUNCATED))
         .otherwise(F.lit(Q_CSV_SHAPE))
     )

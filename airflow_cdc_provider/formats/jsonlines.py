@@ -5,6 +5,12 @@ rules for what is not a record (blank lines), what is a Kafka tombstone, and why
 decoded (not JSON, truncated, not an object, a field of the wrong shape) are the same everywhere.
 No Python runs per record: the diagnosis of a bad line uses Spark's own functions and is evaluated
 only for lines whose parse failed.
+
+Some records are set aside before parsing, because parsing them would mislead or exhaust memory:
+the stand-in for the lost rest of a damaged compressed file (truncated), bytes that are not UTF-8
+(Spark would silently turn them into U+FFFD and apply a changed value), and records longer than
+``MAX_RECORD_BYTES`` (no row image that large fits a Spark variant, and parsing a 50 MB line takes
+around a gigabyte of heap).
 """
 
 from __future__ import annotations
@@ -17,11 +23,15 @@ from airflow_cdc_provider.landing import LandedFile, read_records
 from airflow_cdc_provider.replay.events import (
     Q_NOT_JSON,
     Q_NOT_OBJECT,
+    Q_NOT_UTF8,
+    Q_TOO_LARGE,
     Q_TRUNCATED,
     Q_TYPE_MISMATCH,
 )
 
 CORRUPT = "_corrupt_record"
+# Spark's variant size limit (16 MiB): a record longer than this cannot hold a decodable image.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: StructType) -> DataFrame:
@@ -34,11 +44,19 @@ def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: Str
     """
     with_corrupt = StructType(list(schema.fields) + [StructField(CORRUPT, StringType())])
     records = read_records(spark, files)
-    trimmed = F.trim(F.col("text"))
-    records = records.where(~((trimmed == "") & (F.col("text") != "")))
-    tombstone = (F.col("text") == "") | (trimmed == "null")
-    parsed = F.from_json(F.col("text"), with_corrupt, {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"})
-    out = records.select("file", "file_pos", "line", "text", "unterminated", parsed.alias("j"), tombstone.alias("tombstone"))
+    text = F.col("text")
+    trimmed = F.trim(text)
+    records = records.where(~F.coalesce((trimmed == "") & (text != ""), F.lit(False)))
+    tombstone = ~F.col("damaged") & ((text == "") | (trimmed == "null"))
+    unparsable = unparsable_reason(text, F.col("damaged"), F.col("not_utf8"))
+    parsed = F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"})
+    out = records.select(
+        "file", "file_pos", "line", "text", "unterminated",
+        unparsable.alias("unparsable"),
+        F.when(unparsable.isNull(), parsed).alias("j"),
+        tombstone.alias("tombstone"),
+    )
+    bad = F.coalesce(F.col("unparsable"), diagnose(F.col("j." + CORRUPT), F.col("unterminated")))
     return out.select(
         "file",
         "file_pos",
@@ -46,7 +64,16 @@ def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: Str
         "text",
         "j",
         "tombstone",
-        F.when(F.col("tombstone"), F.lit(None)).otherwise(diagnose(F.col("j." + CORRUPT), F.col("unterminated"))).alias("bad"),
+        F.when(F.col("tombstone"), F.lit(None)).otherwise(bad).alias("bad"),
+    )
+
+
+def unparsable_reason(text: Column, damaged: Column, not_utf8: Column) -> Column:
+    """Quarantine reason for a record that is not handed to the JSON parser at all (null otherwise)."""
+    return (
+        F.when(damaged, F.lit(Q_TRUNCATED))
+        .when(not_utf8, F.lit(Q_NOT_UTF8))
+        .when(F.octet_length(text) > F.lit(MAX_RECORD_BYTES), F.lit(Q_TOO_LARGE))
     )
 
 

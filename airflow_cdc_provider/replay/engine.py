@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.landing import list_landed_files
+from airflow_cdc_provider.landing import LandedFile, checkpoint_salvaging, list_landed_files
 from airflow_cdc_provider.replay import events as ev
 from airflow_cdc_provider.replay.fold import (
     TAG_IGNORED,
@@ -28,7 +28,7 @@ from airflow_cdc_provider.replay.fold import (
     fold,
     keyed_events,
 )
-from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputError, OutputTarget
+from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
 from airflow_cdc_provider.replay.timeparse import format_as_of, parse_as_of
 from airflow_cdc_provider.replay.typing import key_columns_of, table_schemas, typed_value
@@ -148,45 +148,55 @@ def _metadata_columns(last: F.Column) -> list[F.Column]:
 def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
     """Rebuild the snapshot described by ``spec``; return the metrics written beside it."""
     target = OutputTarget(spark, spec.output)
-    _refuse_output_inside_inputs(spark, target, spec.inputs)
-    target.check_replaceable()
-    target.clean_leftovers()
+    target.refuse_overlap(spec.inputs)
+    with target.exclusive():  # lock, check, clean leftovers; abort the staging on any failure
+        return _rebuild(spark, spec, target)
 
+
+def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> dict:
     files = list_landed_files(spark, list(spec.inputs))
     decoder = get_decoder(spec.source_format)
-    decoded = decoder.decode(spark, files, spec.decode_options)
+
+    def decode(landed: list[LandedFile]) -> DataFrame:
+        # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
+        quarantine_bound = (F.col("kind") == ev.KIND_QUARANTINED) | _may_lack_key(spec.keys)
+        return decoder.decode(spark, landed, spec.decode_options).withColumns({
+            "_content_hash": content_hash(),
+            "raw": F.when(quarantine_bound, F.col("raw")),
+        })
+
     # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
-    # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
-    slim = decoded.withColumns({
-        "_content_hash": content_hash(),
-        "raw": F.when(F.col("kind") == ev.KIND_QUARANTINED, F.col("raw")),
-    })
-    events = _select_tables(slim.localCheckpoint(eager=True), spec.tables)
-    folded = fold(keyed_events(events, spec.keys, spec.as_of_ms))
+    checkpointed, files = checkpoint_salvaging(spark, files, decode)
+    events = _select_tables(checkpointed, spec.tables)
+    folded = fold(keyed_events(events, spec.keys, spec.as_of_ms), keep_resets=decoder.partial_images)
+    if decoder.partial_images:
+        folded = folded.localCheckpoint(eager=True)
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
-    resolved = resolve(folded).localCheckpoint(eager=True)
+    resolved = resolve(folded, carry_moves=decoder.partial_images).localCheckpoint(eager=True)
     try:
         return _write(spark, spec, target, files, events, resolved)
-    except BaseException:
-        target.abort()
-        raise
     finally:
         resolved.unpersist()
         events.unpersist()
 
 
-def _refuse_output_inside_inputs(spark: SparkSession, target: OutputTarget, inputs: tuple[str, ...]) -> None:
-    out = target.uri.rstrip("/") + "/"
-    for raw in inputs:
-        path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(raw)
-        qualified = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).makeQualified(path).toString()
-        inp = qualified.rstrip("/") + "/"
-        if out.startswith(inp) or inp.startswith(out):
-            raise OutputError(
-                f"output {target.uri} and input {raw} overlap; write the snapshot outside the landed files"
-            )
+def _may_lack_key(keys: KeyConfig) -> F.Column:
+    """Row changes with a key column absent or null in an image: the fold may quarantine them as
+    "missing key", and the quarantine must then show the record as landed. A cheap superset."""
+    key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
+
+    def lacks(image: F.Column) -> F.Column:
+        def absent(c: F.Column) -> F.Column:
+            v = image[c]
+            return ~F.map_contains_key(image, c) | v.isNull() | F.coalesce(F.is_variant_null(v), F.lit(False))
+
+        return image.isNotNull() & F.exists(key_cols, absent)
+
+    after, before = F.col("after"), F.col("before")
+    lacking = lacks(after) | lacks(before) | (after.isNull() & before.isNull())
+    return F.coalesce((F.col("kind") == ev.KIND_CHANGE) & key_cols.isNotNull() & lacking, F.lit(False))
 
 
 def _group_counts(resolved: DataFrame) -> list:

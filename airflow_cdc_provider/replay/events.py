@@ -46,6 +46,8 @@ IGNORED_UPDATE_BEFORE = "update before image"  # first half of a before/after up
 
 # Reasons for quarantined records (the documented list, README "Quarantine").
 Q_NOT_JSON = "not JSON"
+Q_NOT_UTF8 = "not UTF-8"  # bytes that are not UTF-8: parsing would silently replace them
+Q_TOO_LARGE = "record too large"  # over 16 MiB: no image that large fits a Spark variant
 Q_TRUNCATED = "truncated"
 Q_NOT_OBJECT = "not a JSON object"
 Q_UNKNOWN_OP = "unknown op"

@@ -1,18 +1,31 @@
 """Atomic output: readers see the previous snapshot or the new one, never a mix.
 
 A run writes everything (tables, quarantine, metrics last) into a hidden staging folder beside
-OUTPUT, then swaps folders with two renames on the output's own file system. An existing OUTPUT is
-replaced only when it holds a ``_cdc_metrics.json`` (it was written by this job): nothing else is
-ever deleted. Leftovers of a killed run (staging or old folders) are cleaned up by the next run.
+OUTPUT, then swaps folders with two renames on the output's own file system. Killed at any moment
+before the swap, it leaves OUTPUT untouched; killed between the two renames (a window of one file
+system call), it leaves the previous snapshot under a hidden ``.NAME.cdc-old-*`` name, which the
+next run puts back before anything else. Leftover staging folders are deleted by the next run.
+
+Nothing the job did not write is ever deleted: an existing OUTPUT is replaced only when it holds a
+``_cdc_metrics.json`` and nothing but what that earlier run wrote (its tables, quarantine and
+metrics). The output may not be, contain or lie inside an input path, globs included. One run at a
+time per output: see ``output_lock``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
+
+from airflow_cdc_provider.replay.output_lock import LOCK_MARK, OutputBusyError, OutputLock
 
 METRICS_FILE = "_cdc_metrics.json"
 QUARANTINE_DIR = "_quarantine"
@@ -22,6 +35,10 @@ _OLD_MARK = ".cdc-old-"
 
 class OutputError(ValueError):
     """The output location is unsafe to write to."""
+
+
+class OutputLockedError(OutputError):
+    """Another run is writing the same output; the message names it and the lock file."""
 
 
 @dataclass
@@ -40,6 +57,7 @@ class OutputTarget:
         self.run_id = uuid.uuid4().hex[:12]
         self.staging = self._Path(self.parent, f".{self.name}{_STAGING_MARK}{self.run_id}")
         self.old = self._Path(self.parent, f".{self.name}{_OLD_MARK}{self.run_id}")
+        self.lock = OutputLock(self.fs, self._Path(self.parent, f".{self.name}{LOCK_MARK}"), self.run_id)
 
     @property
     def uri(self) -> str:
@@ -51,16 +69,98 @@ class OutputTarget:
     def final_uri(self, *parts: str) -> str:
         return "/".join([self.uri, *parts])
 
-    def check_replaceable(self) -> None:
-        if self.fs.exists(self.path):
-            if not self.fs.getFileStatus(self.path).isDirectory():
-                raise OutputError(f"output {self.uri} exists and is a file; choose a folder")
-            empty = len(self.fs.listStatus(self.path)) == 0
-            if not empty and not self.fs.exists(self._Path(self.path, METRICS_FILE)):
+    @contextmanager
+    def exclusive(self) -> Iterator["OutputTarget"]:
+        """Hold the output's lock for a whole run: check, clean leftovers, write, commit or abort."""
+        if self.parent is None:
+            raise OutputError(f"output {self.uri} is a file system root; choose a folder inside it")
+        self.fs.mkdirs(self.parent)
+        try:
+            self.lock.acquire()
+        except OutputBusyError as busy:
+            raise OutputLockedError(f"refusing to write {self.uri}: {busy}") from None
+        try:
+            self.check_replaceable()
+            self.clean_leftovers()
+            yield self
+        finally:
+            try:
+                self.abort()  # a committed run has no staging folder left; any other run removes its own
+            finally:
+                self.lock.release()
+
+    def refuse_overlap(self, inputs: Iterable[str]) -> None:
+        """Refuse an output that is, contains or lies inside an input path (globs match per component).
+
+        Writing inside an input would feed the snapshot back in as landed records on the next run;
+        replacing an output that contains an input would delete landed files.
+        """
+        out = self._location(self.path)
+        conf = self.spark.sparkContext._jsc.hadoopConfiguration()
+        for raw in inputs:
+            path = self._Path(raw)
+            inp = self._location(path.getFileSystem(conf).makeQualified(path))
+            if out[0] != inp[0]:
+                continue
+            shared = min(len(out[1]), len(inp[1]))
+            if all(self._component_matches(g, o) for g, o in zip(inp[1][:shared], out[1][:shared])):
                 raise OutputError(
-                    f"output {self.uri} exists and was not written by cdc-replay (no {METRICS_FILE}); "
-                    f"refusing to replace it. Choose an empty or new folder."
+                    f"output {self.uri} and input {raw} overlap (the output is, contains or lies inside "
+                    f"the input); write the snapshot outside the landed files"
                 )
+
+    def _location(self, qualified: Any) -> tuple[tuple[str, str], list[str]]:
+        """(scheme, authority) and the normalised path components of a qualified Hadoop path."""
+        uri = qualified.toUri()
+        scheme, path = uri.getScheme() or "", uri.getPath() or "/"
+        if scheme == "file":
+            path = os.path.realpath(path)  # a symlinked folder is the folder it points to
+        parts = [p for p in posixpath.normpath(path).split("/") if p]
+        return (scheme, uri.getAuthority() or ""), parts
+
+    def _component_matches(self, glob: str, name: str) -> bool:
+        if glob == name:
+            return True
+        if not any(ch in glob for ch in "*?[{\\"):
+            return False
+        pattern = self.spark.sparkContext._jvm.org.apache.hadoop.fs.GlobPattern(glob)
+        return bool(pattern.matches(name))
+
+    def check_replaceable(self) -> None:
+        """Refuse to replace anything but a folder this job wrote, holding only what it wrote."""
+        if not self.fs.exists(self.path):
+            return
+        if not self.fs.getFileStatus(self.path).isDirectory():
+            raise OutputError(f"output {self.uri} exists and is a file; choose a folder")
+        names = {status.getPath().getName() for status in self.fs.listStatus(self.path)}
+        if not names:
+            return
+        if METRICS_FILE not in names:
+            raise OutputError(
+                f"output {self.uri} exists and was not written by cdc-replay (no {METRICS_FILE}); "
+                f"refusing to replace it. Choose an empty or new folder."
+            )
+        foreign = sorted(names - self._written_by_previous_run())
+        if foreign:
+            raise OutputError(
+                f"output {self.uri} holds {', '.join(foreign)}, which the earlier cdc-replay run did not write; "
+                f"refusing to replace it (that would delete them). Move them away or choose another folder."
+            )
+
+    def _written_by_previous_run(self) -> set[str]:
+        """Top-level names the run that wrote the existing ``_cdc_metrics.json`` put there."""
+        stream = self.fs.open(self._Path(self.path, METRICS_FILE))
+        try:
+            previous = json.loads(bytes(stream.readAllBytes()).decode("utf-8"))
+        except ValueError:
+            raise OutputError(
+                f"output {self.uri} holds a {METRICS_FILE} that is not valid JSON; refusing to replace it"
+            ) from None
+        finally:
+            stream.close()
+        tables = previous.get("tables") if isinstance(previous, dict) else None
+        # Hadoop's local file system writes a hidden .NAME.crc checksum beside each file it creates.
+        return {METRICS_FILE, f".{METRICS_FILE}.crc", QUARANTINE_DIR, *(tables or {})}
 
     def clean_leftovers(self) -> None:
         """Remove staging/old folders of earlier runs that were killed before they finished."""
@@ -85,6 +185,11 @@ class OutputTarget:
 
     def commit(self) -> None:
         """Swap the staging folder in: two renames, then drop the previous snapshot."""
+        if not self.lock.still_held():
+            raise OutputError(
+                f"lost the lock {self.lock.uri} while writing {self.uri} (taken over as stale); "
+                f"the previous snapshot is left in place"
+            )
         if self.fs.exists(self.path):
             if not self.fs.rename(self.path, self.old):
                 raise OutputError(f"could not move the previous snapshot {self.uri} aside")

@@ -1,0 +1,441 @@
+"""Random change histories with injected faults, landed in any source format, and what they must give.
+
+A history is a short run of inserts, updates and deletes on one table (a handful of keys, some
+events after AS OF, some updates and deletes of keys that do not exist). ``land`` writes it in one
+source format, spread over several files in shuffled order, and mixes in faults: lines that must
+be quarantined (not JSON, a JSON array or scalar, bytes that are not UTF-8, a truncated last line,
+a record of another format, a record whose key is null), Kafka tombstones, blank lines, exact
+re-deliveries, a BOM, CRLF line ends, gzip files, a gzip file cut short and an empty file.
+
+``Expected`` is computed from the history alone by the rules of DESIGN.md section 4 (a plain
+Python fold), so a test can compare the engine's rows and every count with it.
+
+The per-format message builders are the ones the format tests use (tests/formats): one way to
+write each format in the test suite.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from tests.formats.test_canal import msg as canal_msg
+from tests.formats.test_cdl import change as cdl_change
+from tests.formats.test_datahub_blob import message as blob_message
+from tests.formats.test_dts_avro import chars, integer, message as avro_message, record as dts_record
+from tests.formats.test_qlik import dt_msg, md
+from tests.formats.test_qlik import seq as qlik_seq
+from tests.formats.test_shareplex import rec as shareplex_rec
+
+T0 = 1_725_271_200_000  # 2024-09-02T10:00:00Z: every event time is T0 + position seconds
+INSERT, UPDATE, DELETE = "insert", "update", "delete"
+
+# Faults mixed into every landing; README "Reliability" quotes this list.
+FAULT_KINDS = (
+    "not JSON",
+    "JSON array",
+    "JSON scalar",
+    "bytes that are not UTF-8",
+    "truncated last line",
+    "record of another format",
+    "null key",
+    "Kafka tombstone (empty line, null)",
+    "blank lines",
+    "exact re-delivery",
+    "BOM",
+    "CRLF line ends",
+    "gzip file",
+    "gzip file cut short",
+    "empty file",
+    "events after AS OF",
+    "update or delete of an unknown key",
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    op: str
+    key: int | None
+    name: str | None
+    qty: int | None
+    position: int  # 1, 2, ...: the source's log position; event time is T0 + position s
+
+    @property
+    def ms(self) -> int:
+        return T0 + self.position * 1000
+
+
+@dataclass(frozen=True)
+class Line:
+    """One landed line and what the engine must make of it."""
+
+    text: str | bytes
+    role: str  # "change", "ignored", "quarantined", or "blank" (not a record)
+    reason: str | None = None  # ignored / quarantine reason
+    change: Change | None = None
+
+
+def iso(ms: int, *, millis: bool = False) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + (".000" if millis else "")
+
+
+# ------------------------------------------------------------------ one encoder per format
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """How one format writes a change, and what the engine must say about its odd records."""
+
+    name: str
+    write: Callable[[str, Change, dict | None], list[Line]]  # (table, change, row before) -> lines
+    table: Callable[[str], str]  # history name -> qualified table in the snapshot
+    columns: tuple[str, str, str] = ("id", "name", "qty")
+    key: tuple[str, ...] = ()  # --key, for formats whose records do not name their key
+    preamble: Callable[[str], list[Line]] = lambda table: []  # noqa: E731 - e.g. Qlik's MD message
+    foreign_reason: str = "missing op"  # what a record of another format becomes
+    null_key_reason: str = "missing key"
+    # The record a quarantined but decodable line is kept as (dts-avro keeps the message's Base64).
+    decoded_raw: Callable[[str], str] = lambda text: text  # noqa: E731
+
+    def row(self, key: int, name: str | None, qty: int | None) -> dict[str, Any]:
+        return dict(zip(self.columns, (key, name, qty)))
+
+
+def _dbz(table: str, c: Change, before: dict | None) -> list[Line]:
+    image = {"id": c.key, "name": c.name, "qty": c.qty}
+    record = {
+        "op": {INSERT: "c", UPDATE: "u", DELETE: "d"}[c.op],
+        "ts_ms": c.ms + 3,
+        "before": before if c.op != INSERT else None,
+        "after": None if c.op == DELETE else image,
+        "source": {"db": "db", "table": table, "ts_ms": c.ms, "file": "mysql-bin.000003", "pos": c.position, "row": 0},
+    }
+    if c.op == DELETE and before is None:
+        record["before"] = image
+    return [Line(json.dumps(record), "change", change=c)]
+
+
+def _cdl(table: str, c: Change, before: dict | None) -> list[Line]:
+    image = {"id": c.key, "name": c.name, "qty": c.qty}
+    op = {INSERT: "INSERT", UPDATE: "UPDATE", DELETE: "DELETE"}[c.op]
+    data, old = (None, before or image) if c.op == DELETE else (image, before if c.op == UPDATE else None)
+    record = cdl_change(op, data, old, lsn=c.position, tx=c.position, ms=c.ms, schema=False,
+                        unique={"id": c.key}, SEG_OWNER="s", TABLE_NAME=table)
+    return [Line(json.dumps(record), "change", change=c)]
+
+
+_CANAL_TYPES = {"id": "int(11)", "name": "varchar(20)", "qty": "int(11)"}
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _canal(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": _text(c.key), "name": c.name, "qty": _text(c.qty)}
+    old = None
+    if c.op == UPDATE:
+        old = [{"name": before["name"], "qty": _text(before["qty"])}] if before else [{}]
+    if c.op == DELETE and before:
+        row = {k: _text(v) if k != "name" else v for k, v in before.items()}
+    text = canal_msg(c.op.upper(), [row], old=old, table=table, es=c.ms, id_=c.position, mysql=_CANAL_TYPES)
+    return [Line(text, "change", change=c)]
+
+
+def _shareplex(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    op = {INSERT: "ins", UPDATE: "upd", DELETE: "del"}[c.op]
+    if c.op == DELETE:
+        text = shareplex_rec(op, before or row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1)
+    elif c.op == UPDATE:
+        text = shareplex_rec(op, row, {"id": c.key}, table=f"s.{table}", time=iso(c.ms), scn=c.position,
+                             trans="1", seq=1)
+    else:
+        text = shareplex_rec(op, row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1)
+    return [Line(text, "change", change=c)]
+
+
+_DTS_FIELDS = [("id", 8), ("name", 253), ("qty", 8)]
+
+
+def _dts_values(row: dict | None) -> list[Any] | None:
+    if row is None:
+        return None
+    return [
+        None if row["id"] is None else integer(row["id"]),
+        None if row["name"] is None else chars(row["name"]),
+        None if row["qty"] is None else integer(row["qty"]),
+    ]
+
+
+def _dts(table: str, c: Change, before: dict | None) -> list[Line]:
+    image = {"id": c.key, "name": c.name, "qty": c.qty}
+    after = None if c.op == DELETE else image
+    old = (before or image) if c.op == DELETE else (before if c.op == UPDATE else None)
+    rec = dts_record(c.op.upper(), c.position, before=_dts_values(old), after=_dts_values(after), table=f"db.{table}",
+                     fields=_DTS_FIELDS, ts=c.ms // 1000, position=f"{c.position}@mysql-bin.000003")
+    value = base64.b64encode(avro_message(rec)).decode("ascii")
+    text = json.dumps({"topic": "dts", "partition": 0, "offset": c.position, "value": value})
+    return [Line(text, "change", change=c)]
+
+
+def _tuple_record(table: str, c: Change, op: str, flags: tuple[str, str], row: dict) -> str:
+    return json.dumps({"_sequence_id_": str(1000 + c.position), "_operation_type_": op, "_excute_time_": c.ms,
+                       "_source_table_": table, "_before_image_": flags[0], "_after_image_": flags[1], **row})
+
+
+def _datahub_tuple(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    if c.op == INSERT:
+        return [Line(_tuple_record(table, c, "I", ("N", "Y"), row), "change", change=c)]
+    if c.op == DELETE:
+        return [Line(_tuple_record(table, c, "D", ("Y", "N"), before or row), "change", change=c)]
+    return [
+        Line(_tuple_record(table, c, "U", ("Y", "N"), before or row), "ignored", "update before image"),
+        Line(_tuple_record(table, c, "U", ("N", "Y"), row), "change", change=c),
+    ]
+
+
+def _datahub_blob(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    op = {INSERT: "INSERT", UPDATE: "UPDATE_AFTER", DELETE: "DELETE"}[c.op]
+    record = blob_message(op, seq=str(1000 + c.position), event_ms=c.ms, table=table,
+                          before=(before or row) if c.op != INSERT else None, after=None if c.op == DELETE else row,
+                          columns={"id": "LONG", "name": "STRING", "qty": "LONG"})
+    return [Line(json.dumps(record), "change", change=c)]
+
+
+_QLIK_COLUMNS = {"ID": (1, "INT4", 10, 0, 1), "NAME": (2, "WSTRING", 0, 0, 0), "QTY": (3, "INT4", 10, 0, 0)}
+
+
+def _qlik_row(row: dict | None) -> dict | None:
+    return None if row is None else {"ID": row["id"], "NAME": row["name"], "QTY": row["qty"]}
+
+
+def _qlik(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    op = c.op.upper()
+    data = _qlik_row(before or row) if c.op == DELETE else _qlik_row(row)
+    old = _qlik_row(before) if c.op == UPDATE else None
+    second = c.position
+    record = dt_msg(op, data, old, seq=qlik_seq(c.position, second=second % 60), at=iso(c.ms, millis=True),
+                    mask="07", schema="dbo", table=table.upper())
+    return [Line(json.dumps(record), "change", change=c)]
+
+
+def _qlik_md(table: str) -> list[Line]:
+    message = md(table.upper(), _QLIK_COLUMNS, schema="dbo", schema_id=f"md-{table}", at="2024-09-01T00:00:00.000")
+    text = json.dumps(message)
+    return [Line(text, "ignored", "ddl")]
+
+
+ENCODERS: dict[str, Encoder] = {
+    e.name: e
+    for e in (
+        Encoder("debezium-json", _dbz, lambda t: f"db.{t}", key=("id",), foreign_reason="missing op"),
+        Encoder("cdl-json", _cdl, lambda t: f"s.{t}"),
+        Encoder("canal-json", _canal, lambda t: f"db.{t}"),
+        Encoder("shareplex-json", _shareplex, lambda t: f"s.{t}", key=("id",)),
+        Encoder("dts-avro", _dts, lambda t: f"db.{t}", foreign_reason="missing image",
+                decoded_raw=lambda text: json.loads(text)["value"]),
+        Encoder("datahub-tuple", _datahub_tuple, lambda t: t, key=("id",)),
+        Encoder("datahub-blob", _datahub_blob, lambda t: f"db.{t}"),
+        Encoder("qlik-json", _qlik, lambda t: f"dbo.{t.upper()}", columns=("ID", "NAME", "QTY"), preamble=_qlik_md),
+    )
+}
+
+
+# ------------------------------------------------------------------ histories and faults
+
+
+def random_history(rng: random.Random, keys: int = 4) -> list[Change]:
+    """6-12 changes on keys 1..keys; about one in five updates or deletes a key that does not exist."""
+    changes = []
+    for position in range(1, rng.randint(6, 12) + 1):
+        op = rng.choice((INSERT, INSERT, UPDATE, UPDATE, DELETE))
+        name = rng.choice(("ann", "bob", "cy", "dee", None))
+        changes.append(Change(op, rng.randint(1, keys), name, rng.randint(0, 99), position))
+    return changes
+
+
+@dataclass
+class Expected:
+    """What the engine must report for one history, by the rules of DESIGN.md section 4.
+
+    The part of the damaged gzip file Spark can still read is not known in advance: those lines
+    are re-deliveries, each adding one to ``read`` and ``duplicates`` (tests solve for it).
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    events: Counter = field(default_factory=Counter)  # read, applied, after_as_of, ignored, duplicates, quarantined
+    table_events: Counter = field(default_factory=Counter)  # the part attributed to the history's table
+    counts: Counter = field(default_factory=Counter)  # inserts, updates, deletes, *_of_unknown_key
+    quarantine_reasons: Counter = field(default_factory=Counter)
+    ignored_reasons: Counter = field(default_factory=Counter)
+    quarantine: list[tuple[str, int, str, str]] = field(default_factory=list)  # file name, line, reason, record
+    damaged_file: str = ""
+    damaged_copies: int = 0
+    as_of_ms: int = 0
+
+    def count(self, line: Line, encoder: Encoder) -> None:
+        """Count one landed record; records that name the history's table count for it too."""
+        if line.role in ("change", "duplicate"):
+            kind = "after_as_of" if line.change.ms > self.as_of_ms else (
+                "duplicates" if line.role == "duplicate" else "applied")
+            attributed = True
+        elif line.role == "ignored":
+            kind, attributed = "ignored", line.reason != "tombstone"
+            self.ignored_reasons[line.reason] += 1
+        else:
+            kind = "quarantined"
+            attributed = line.reason == encoder.null_key_reason
+            self.quarantine_reasons[line.reason] += 1
+        for counter in (self.events, self.table_events) if attributed else (self.events,):
+            counter["read"] += 1
+            counter[kind] += 1
+
+    def damaged_rest(self, delivered: int) -> None:
+        """Add the damaged file: ``delivered`` re-deliveries Spark could read, then the lost rest."""
+        for counter in (self.events, self.table_events):
+            counter["read"] += delivered
+            counter["duplicates"] += delivered
+        self.events["read"] += 1
+        self.events["quarantined"] += 1
+        self.quarantine_reasons["truncated"] += 1
+        self.quarantine.append((self.damaged_file, delivered + 1, "truncated", None))
+
+
+def fold_history(encoder: Encoder, changes: list[Change], as_of_ms: int) -> tuple[list[dict[str, Any]], Counter]:
+    """Final rows and per-table counts: apply changes up to AS OF in position order."""
+    state: dict[int, dict[str, Any]] = {}
+    counts: Counter = Counter()
+    for c in sorted(changes, key=lambda c: c.position):
+        if c.ms > as_of_ms:
+            continue
+        if c.op == INSERT:
+            counts["inserts"] += 1
+        elif c.op == UPDATE:
+            counts["updates"] += 1
+            counts["updates_of_unknown_key"] += c.key not in state
+        elif c.key in state:
+            counts["deletes"] += 1
+        else:
+            counts["deletes_of_unknown_key"] += 1
+        if c.op == DELETE:
+            state.pop(c.key, None)
+        else:
+            state[c.key] = encoder.row(c.key, c.name, c.qty)
+    rows = sorted(state.values(), key=lambda r: json.dumps(r, sort_keys=True))
+    return rows, counts
+
+
+def _before_images(changes: list[Change]) -> list[dict | None]:
+    """The row each change finds (in position order, whatever AS OF): what before images carry."""
+    state: dict[int, dict] = {}
+    out = []
+    for c in changes:
+        out.append(dict(state[c.key]) if c.key in state else None)
+        if c.op == DELETE:
+            state.pop(c.key, None)
+        else:
+            state[c.key] = {"id": c.key, "name": c.name, "qty": c.qty}
+    return out
+
+
+def _foreign_record(encoder: Encoder, table: str) -> str:
+    """A record of another format: Canal JSON in a Debezium landing, Debezium JSON elsewhere."""
+    if encoder.name == "debezium-json":
+        return canal_msg("INSERT", [{"id": "1", "name": "x"}], table=table, es=T0)
+    return json.dumps({"op": "c", "ts_ms": T0, "before": None, "after": {"id": 1},
+                       "source": {"db": "db", "table": table, "ts_ms": T0}})
+
+
+def _not_utf8(encoder: Encoder, table: str) -> bytes:
+    """A change whose name holds a Latin-1 byte: it must be quarantined, never applied as U+FFFD."""
+    (line,) = [x for x in encoder.write(table, Change(INSERT, 3, "cafe!", 1, 0), None) if x.role == "change"]
+    if "cafe!" not in line.text:  # hidden inside Base64 (dts-avro): a Kafka envelope with the byte instead
+        return b'{"topic": "t", "value": "caf\xe9"}'
+    return line.text.encode("utf-8").replace(b"cafe!", b"caf\xe9")
+
+
+def land(
+    encoder: Encoder, folder: Path, history: str, changes: list[Change], as_of_ms: int, rng: random.Random
+) -> Expected:
+    """Write ``changes`` of table ``history`` in ``encoder``'s format with faults; return what they must give."""
+    table = history
+    befores = _before_images(changes)
+    lines: list[Line] = list(encoder.preamble(table))
+    for change, before in zip(changes, befores):
+        lines.extend(encoder.write(table, change, before))
+    single = [x for x in lines if x.role == "change" and x.change.op != UPDATE]
+    redelivered = rng.sample(single, k=min(2, len(single)))
+    (null_key,) = [x for x in encoder.write(table, Change(INSERT, None, "no key", 1, 0), None) if x.role == "change"]
+    faults = [
+        Line("/* not JSON */", "quarantined", "not JSON"),
+        Line("[1, 2, 3]", "quarantined", "not a JSON object"),
+        Line("42", "quarantined", "not a JSON object"),
+        Line(_not_utf8(encoder, table), "quarantined", "not UTF-8"),
+        Line(_foreign_record(encoder, table), "quarantined", encoder.foreign_reason),
+        Line(null_key.text, "quarantined", encoder.null_key_reason),  # decodable: kept as decoded_raw
+        Line("", "ignored", "tombstone"),
+        Line("null", "ignored", "tombstone"),
+        Line("   ", "blank"),
+        *[Line(x.text, "duplicate", change=x.change) for x in redelivered],
+    ]
+    everything = lines + faults
+    rng.shuffle(everything)
+
+    # Three files: plain with a BOM and CRLF line ends, plain ending in a truncated line, gzip.
+    parts: list[list[Line]] = [[], [], []]
+    for line in everything:
+        parts[rng.randrange(3)].append(line)
+    truncated = Line('{"op": "c", "after": {"id": 9', "quarantined", "truncated")
+    parts[1].append(truncated)
+    names = (f"{history}-a.json", f"{history}-b.json", f"{history}-c.json.gz")
+    _write_lines(folder / names[0], parts[0], bom=True, newline="\r\n")
+    _write_lines(folder / names[1], parts[1], last_unterminated=True)
+    _write_gzip(folder / names[2], parts[2])
+    (folder / f"{history}-d.json").write_bytes(b"")  # an empty file
+    # A gzip file cut short, holding re-deliveries of applied changes only: whatever part of it
+    # Spark can still read changes no row, and the rest is one "truncated" record.
+    copies = [x for x in single if x.change.ms <= as_of_ms][:3]
+    damaged = f"{history}-e.json.gz"
+    whole = gzip.compress(b"".join(_raw(x) + b"\n" for x in copies))
+    (folder / damaged).write_bytes(whole[: len(whole) - 12])
+
+    expected = Expected(damaged_file=damaged, damaged_copies=len(copies), as_of_ms=as_of_ms)
+    expected.rows, expected.counts = fold_history(encoder, changes, as_of_ms)
+    for name, part in zip(names, parts):
+        for number, line in enumerate(part, start=1):
+            if line.role != "blank":
+                expected.count(line, encoder)
+            if line.role == "quarantined":
+                record = line.text.decode("utf-8", "replace") if isinstance(line.text, bytes) else line.text
+                if line.reason == encoder.null_key_reason:
+                    record = encoder.decoded_raw(record)
+                expected.quarantine.append((name, number, line.reason, record))
+    return expected
+
+
+def _raw(line: Line) -> bytes:
+    return line.text if isinstance(line.text, bytes) else line.text.encode("utf-8")
+
+
+def _write_lines(path: Path, lines: list[Line], *, bom: bool = False, newline: str = "\n",
+                 last_unterminated: bool = False) -> None:
+    body = newline.encode().join(_raw(x) for x in lines)
+    if not last_unterminated and lines:
+        body += newline.encode()
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + body)
+
+
+def _write_gzip(path: Path, lines: list[Line]) -> None:
+    path.write_bytes(gzip.compress(b"".join(_raw(x) + b"\n" for x in lines)))

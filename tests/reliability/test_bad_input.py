@@ -1,0 +1,173 @@
+"""Bad input: every kind of damaged record is set aside with its file, position, reason and raw text.
+
+Covers a truncated last line, a gzip or bzip2 file cut short, empty files, a BOM, CRLF line ends,
+bytes that are not UTF-8 (in files read whole and in files read in splits), a 50 MB line, JSON
+that is an array or a scalar, a record of another format, null images and null keys; and, with
+``--on-error fail``, the error that names the file, the position and the reason.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc_provider import landing
+from airflow_cdc_provider.replay.engine import QuarantineError
+from tests.conftest import assert_events_add_up
+from tests.formats.test_canal import msg as canal_msg
+from tests.replay.test_semantics import T0, dbz
+
+
+def quarantined(output: Path) -> list[dict]:
+    parts = sorted((output / "_quarantine").glob("part-*.json"))
+    return [json.loads(line) for part in parts for line in part.read_text(encoding="utf-8").splitlines()]
+
+
+def where(records: list[dict]) -> list[tuple]:
+    return [(Path(r["file"]).name, r.get("line"), r["reason"], r.get("record")) for r in records]
+
+
+def file_modes(root: Path) -> set[tuple[str, int]]:
+    """(kind, permission bits) of everything under ``root`` except Hadoop's hidden checksum files."""
+    return {
+        ("dir" if p.is_dir() else "file", p.stat().st_mode & 0o777)
+        for p in [root, *root.rglob("*")]
+        if not p.name.startswith(".")
+    }
+
+
+BIG = "a long name " + "x" * 800
+
+
+def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, tmp_path, monkeypatch):
+    landed = tmp_path / "in"
+    landed.mkdir()
+    null_key = json.dumps(dbz("c", None, T0, name="no key"))
+    lines = [
+        json.dumps(dbz("c", 1, T0, name="a")),
+        "[1, 2]",
+        '"just a string"',
+        canal_msg("INSERT", [{"id": "7", "name": "canal"}], table="shop", es=T0),  # another format
+        json.dumps({**dbz("c", 3, T0), "after": None}),  # null after image
+        json.dumps({**dbz("u", 1, T0 + 1), "after": None}),
+        json.dumps({**dbz("d", 1, T0 + 2), "before": None}),  # a delete that names no row
+        null_key,
+    ]
+    latin1 = json.dumps(dbz("c", 4, T0, name="caf!")).encode().replace(b"caf!", b"caf\xe9")
+    (landed / "a.json").write_bytes(
+        "\n".join(lines).encode() + b"\n" + latin1 + b'\n{"op": "c", "after": {"id": 5'  # cut short
+    )
+    big = [json.dumps(dbz("c", i, T0 + i, name=BIG)) for i in (10, 11, 12)]
+    (landed / "big.json").write_bytes(
+        b"\xef\xbb\xbf" + big[0].encode() + b"\r\n" + latin1.replace(b'"id": 4', b'"id": 13') + b"\r\n"
+        + "\r\n".join(big[1:]).encode() + b"\r\n"
+    )
+    (landed / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(dbz("c", 2, T0, name="b")).encode() + b"\r\n")
+    (landed / "empty.json").write_bytes(b"")
+    (landed / "empty.json.gz").write_bytes(gzip.compress(b""))
+    (landed / "zero-bytes.json.gz").write_bytes(b"")
+    # Files larger than a.json are read in splits here (64 MiB in production): both readers are covered.
+    monkeypatch.setattr(landing, "WHOLE_FILE_MAX_BYTES", (landed / "a.json").stat().st_size)
+    assert (landed / "big.json").stat().st_size > landing.WHOLE_FILE_MAX_BYTES
+
+    output = tmp_path / "out"
+    metrics, tables = replay("debezium-json", landed, key="id", output=output)
+
+    assert tables == {"db.shop": [{"id": i, "name": n} for i, n in [(1, "a"), (10, BIG), (11, BIG), (12, BIG), (2, "b")]]}
+    assert metrics["events"] == {"read": 15, "applied": 5, "after_as_of": 0, "ignored": 0, "duplicates": 0,
+                                 "quarantined": 10}
+    assert_events_add_up(metrics)
+    assert metrics["tables"]["db.shop"]["events"]["quarantined"] == 4  # the records that name their table
+    records = quarantined(output)
+    assert where(records) == [
+        ("a.json", 2, "not a JSON object", "[1, 2]"),
+        ("a.json", 3, "not a JSON object", '"just a string"'),
+        ("a.json", 4, "missing op", lines[3]),
+        ("a.json", 5, "missing image", lines[4]),
+        ("a.json", 6, "missing image", lines[5]),
+        ("a.json", 7, "key unknown: delete with neither before nor after image", lines[6]),
+        ("a.json", 8, "missing key", null_key),
+        ("a.json", 9, "not UTF-8", latin1.decode("utf-8", "replace")),
+        ("a.json", 10, "truncated", '{"op": "c", "after": {"id": 5'),
+        ("big.json", None, "not UTF-8", latin1.replace(b'"id": 4', b'"id": 13').decode("utf-8", "replace")),
+    ]
+    assert records[-1]["file_pos"] > 0  # split-read files give a position, not a line number
+    # The quarantine is written like the snapshot, with the same permissions.
+    assert file_modes(output / "_quarantine") <= file_modes(output / "db.shop")
+    assert oct(os.stat(output / "_cdc_metrics.json").st_mode & 0o777) == oct(
+        next((output / "db.shop").glob("part-*")).stat().st_mode & 0o777)
+
+
+def write_cut(path: Path, compress, lines: list[str], keep: float) -> None:
+    whole = compress("".join(line + "\n" for line in lines).encode())
+    path.write_bytes(whole[: int(len(whole) * keep)])
+
+
+def test_compressed_files_cut_short_keep_what_spark_can_read(replay, tmp_path):
+    landed = tmp_path / "in"
+    landed.mkdir()
+    records = [json.dumps(dbz("c", i, T0 + i, name=f"row {i} " + "p" * (i % 97))) for i in range(3000)]
+    write_cut(landed / "a.json.gz", gzip.compress, records, 0.5)
+    write_cut(landed / "b.json.bz2", bz2.compress, [json.dumps(dbz("c", 5000, T0, name="lost"))], 0.8)
+    (landed / "c.json").write_text(json.dumps(dbz("c", 6000, T0, name="intact")) + "\n")
+
+    output = tmp_path / "out"
+    metrics, tables = replay("debezium-json", landed, key="id", output=output)
+
+    # Spark delivers the gzip's lines up to a little before the cut, in order; bzip2 gives nothing
+    # before its first block ends. Each damaged file adds one "truncated" record for the lost rest.
+    delivered = metrics["events"]["applied"] - 1
+    assert 1000 < delivered < 3000
+    rows = tables["db.shop"]
+    assert [r["id"] for r in rows] == sorted(list(range(delivered)) + [6000], key=lambda i: json.dumps(i))
+    assert all(r["name"] == json.loads(records[r["id"]])["after"]["name"] for r in rows if r["id"] < 3000)
+    assert metrics["events"] == {"read": delivered + 3, "applied": delivered + 1, "after_as_of": 0, "ignored": 0,
+                                 "duplicates": 0, "quarantined": 2}
+    assert where(quarantined(output)) == [("a.json.gz", delivered + 1, "truncated", None),
+                                          ("b.json.bz2", 1, "truncated", None)]
+
+    with pytest.raises(QuarantineError) as err:
+        replay("debezium-json", landed, key="id", on_error="fail", output=tmp_path / "failed")
+    assert str(err.value) == (
+        f"cannot decode file:{landed}/a.json.gz line {delivered + 1}: truncated "
+        "(--on-error fail; rerun with --on-error quarantine to set such records aside)")
+    assert not (tmp_path / "failed").exists()
+
+
+def test_a_50_mb_line_is_set_aside_without_exhausting_memory(replay, tmp_path):
+    landed = tmp_path / "in"
+    landed.mkdir()
+    huge = json.dumps(dbz("c", 2, T0, name="x" * (50 * 1024 * 1024)))
+    (landed / "a.json").write_text("\n".join([json.dumps(dbz("c", 1, T0, name="a")), huge,
+                                              json.dumps(dbz("c", 3, T0, name="c"))]) + "\n")
+    output = tmp_path / "out"
+    metrics, tables = replay("debezium-json", landed, key="id", output=output)
+    assert tables == {"db.shop": [{"id": 1, "name": "a"}, {"id": 3, "name": "c"}]}
+    assert metrics["quarantine"]["reasons"] == {"record too large": 1}
+    (record,) = quarantined(output)
+    assert (record["line"], record["reason"], record["record"] == huge) == (2, "record too large", True)
+
+
+def test_csv_landings_report_cut_files_and_bytes_that_are_not_utf8(replay, tmp_path):
+    """DataHub TUPLE as CSV reads lines itself: the same two faults must not slip through there."""
+    landed = tmp_path / "in"
+    landed.mkdir()
+    header = "_sequence_id_,_operation_type_,_excute_time_,_source_table_,_before_image_,_after_image_,id,name"
+    rows = [f"{100 + i},I,{T0 + i},db.t,N,Y,{i},row {i}" for i in range(2000)]
+    write_cut(landed / "a.csv.gz", gzip.compress, [header, *rows], 0.5)
+    intact = f"{header}\n{rows[0].replace(',0,', ',5000,')}\n".encode()
+    (landed / "b.csv").write_bytes(intact + b"9,I,1,db.t,N,Y,9001,caf\xe9\n")
+    output = tmp_path / "out"
+    metrics, tables = replay("datahub-tuple", landed, key="id", output=output)
+    delivered = sum(int(r["id"]) < 2000 for r in tables["db.t"])  # CSV values are text
+    assert 100 < delivered < 2000
+    assert sorted(int(r["id"]) for r in tables["db.t"]) == [*range(delivered), 5000]
+    assert metrics["events"] == {"read": delivered + 3, "applied": delivered + 1, "after_as_of": 0, "ignored": 0,
+                                 "duplicates": 0, "quarantined": 2}
+    assert where(quarantined(output)) == [("a.csv.gz", delivered + 2, "truncated", None),
+                                          ("b.csv", 3, "not UTF-8", "9,I,1,db.t,N,Y,9001,caf\ufffd")]
