@@ -27,6 +27,7 @@ from airflow_cdc_provider.replay.fold import (
     content_hash,
     fold,
     keyed_events,
+    lacks_key,
 )
 from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
@@ -159,7 +160,7 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
 
     def decode(landed: list[LandedFile]) -> DataFrame:
         # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
-        quarantine_bound = (F.col("kind") == ev.KIND_QUARANTINED) | _may_lack_key(spec.keys)
+        quarantine_bound = (F.col("kind") == ev.KIND_QUARANTINED) | lacks_key(spec.keys)
         return decoder.decode(spark, landed, spec.decode_options).withColumns({
             "_content_hash": content_hash(),
             "raw": F.when(quarantine_bound, F.col("raw")),
@@ -180,23 +181,6 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     finally:
         resolved.unpersist()
         events.unpersist()
-
-
-def _may_lack_key(keys: KeyConfig) -> F.Column:
-    """Row changes with a key column absent or null in an image: the fold may quarantine them as
-    "missing key", and the quarantine must then show the record as landed. A cheap superset."""
-    key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
-
-    def lacks(image: F.Column) -> F.Column:
-        def absent(c: F.Column) -> F.Column:
-            v = image[c]
-            return ~F.map_contains_key(image, c) | v.isNull() | F.coalesce(F.is_variant_null(v), F.lit(False))
-
-        return image.isNotNull() & F.exists(key_cols, absent)
-
-    after, before = F.col("after"), F.col("before")
-    lacking = lacks(after) | lacks(before) | (after.isNull() & before.isNull())
-    return F.coalesce((F.col("kind") == ev.KIND_CHANGE) & key_cols.isNotNull() & lacking, F.lit(False))
 
 
 def _group_counts(resolved: DataFrame) -> list:

@@ -86,28 +86,42 @@ def _key_values(image: Column, fallback: Column, record_cols: Column, keys: KeyC
     return F.when(record_cols.isNull(), configured).otherwise(F.transform(record_cols, one))
 
 
-def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame:
-    """Attach group tag and key to every canonical event; split key-changing updates in two."""
-    key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
-    is_change = F.col("kind") == ev.KIND_CHANGE
-    is_row = is_change & (F.col("op") != ev.OP_TRUNCATE)
+def _new_key(keys: KeyConfig) -> Column:
+    """The key a row change leaves its row under (a delete's comes from its before image)."""
     after_or_before = F.coalesce(F.col("after"), ev.empty_image())
     before_or_after = F.coalesce(F.col("before"), ev.empty_image())
     record_cols = F.col("key_cols")
-    new_key = F.when(
+    return F.when(
         F.col("op") == ev.OP_DELETE, _key_values(before_or_after, after_or_before, record_cols, keys)
     ).otherwise(_key_values(after_or_before, before_or_after, record_cols, keys))
-    old_key = _key_values(before_or_after, after_or_before, record_cols, keys)
+
+
+def _lacks_key(key_cols: Column, new_key: Column) -> Column:
+    is_row = (F.col("kind") == ev.KIND_CHANGE) & (F.col("op") != ev.OP_TRUNCATE)
+    return is_row & key_cols.isNotNull() & (F.size(F.array_compact(new_key)) < F.size(new_key))
+
+
+def lacks_key(keys: KeyConfig) -> Column:
+    """Row changes the fold will quarantine as "missing key" (callers keep their raw text)."""
+    return F.coalesce(_lacks_key(F.coalesce(F.col("key_cols"), keys.column_for(F.col("table"))), _new_key(keys)), F.lit(False))
+
+
+def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame:
+    """Attach group tag and key to every canonical event; split key-changing updates in two."""
+    key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
+    after_or_before = F.coalesce(F.col("after"), ev.empty_image())
+    before_or_after = F.coalesce(F.col("before"), ev.empty_image())
+    old_key = _key_values(before_or_after, after_or_before, F.col("key_cols"), keys)
     staged = ev.plan_barrier(events).select(
         "*",
         key_cols.alias("_key_cols"),
-        new_key.alias("_new_key"),
+        _new_key(keys).alias("_new_key"),
         old_key.alias("_old_key"),
         ordering(events).alias("_ord"),
     )
-    missing_key = F.col("_key_cols").isNotNull() & (F.size(F.array_compact("_new_key")) < F.size("_new_key"))
-    kind = F.when(is_row & missing_key, F.lit(ev.KIND_QUARANTINED)).otherwise(F.col("kind"))
-    reason = F.when(is_row & missing_key, F.lit(ev.Q_MISSING_KEY)).otherwise(F.col("reason"))
+    missing_key = F.coalesce(_lacks_key(F.col("_key_cols"), F.col("_new_key")), F.lit(False))
+    kind = F.when(missing_key, F.lit(ev.KIND_QUARANTINED)).otherwise(F.col("kind"))
+    reason = F.when(missing_key, F.lit(ev.Q_MISSING_KEY)).otherwise(F.col("reason"))
     staged = ev.plan_barrier(staged.withColumns({"kind": kind, "reason": reason}))
 
     is_change = F.col("kind") == ev.KIND_CHANGE

@@ -107,19 +107,9 @@ SEED_DDL = (
 
 def decode(spark, *paths: Path, **options) -> list[dict]:
     """Canonical events of ``paths`` in landing order, images as plain Python values."""
-    from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-    from airflow_cdc_provider.landing import list_landed_files
+    from tests.conftest import decode_events
 
-    files = list_landed_files(spark, [str(p) for p in paths])
-    df = get_decoder(FMT).decode(spark, files, DecodeOptions(**options))
-    out = []
-    for row in df.orderBy("file", "file_pos", "sub_pos").collect():
-        d = row.asDict()
-        for side in ("before", "after"):
-            if d[side] is not None:
-                d[side] = {k: None if v is None else v.toPython() for k, v in d[side].items()}
-        out.append(d)
-    return out
+    return decode_events(spark, FMT, list(paths), **options)
 
 
 def pick(events: list[dict], *fields: str) -> list[dict]:
