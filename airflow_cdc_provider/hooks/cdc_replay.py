@@ -33,6 +33,33 @@ LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 DEFAULT_DRIVER_LOG_LEVEL = "WARN"
 
 
+def _descendants(pid: int) -> list[Any]:
+    """Every live process started (directly or not) by ``pid``."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _stop_processes(processes: list[Any], grace_seconds: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL whatever is still running after ``grace_seconds``."""
+    import psutil
+
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace_seconds)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
 class CdcJobArgumentError(ValueError):
     """An operator argument cannot be passed to the job safely or is not valid."""
 
@@ -351,9 +378,18 @@ class CdcReplayHook(BaseHook):
         return self.read_metrics(request.output_path)
 
     def on_kill(self) -> None:
-        """Stop a running submission (the operator forwards its on_kill here)."""
-        if self._submit_hook is not None:
-            self._submit_hook.on_kill()
+        """Stop a running submission (the operator forwards its on_kill here).
+
+        The provider kills the spark-submit JVM only. In client mode that JVM is the parent of the
+        job's Python driver, which is then orphaned and can run on for minutes (holding the output
+        lock) before it notices its gateway is gone; so its descendants are stopped too.
+        """
+        if self._submit_hook is None:
+            return
+        submission = getattr(self._submit_hook, "_submit_sp", None)
+        leftovers = _descendants(submission.pid) if submission is not None and submission.poll() is None else []
+        self._submit_hook.on_kill()
+        _stop_processes(leftovers)
 
     @staticmethod
     def _new_error_file() -> str:

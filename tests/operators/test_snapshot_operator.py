@@ -362,11 +362,6 @@ def running_submission() -> tuple[int, int] | None:
     return (jvms[0], drivers[0]) if drivers else None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known defect, intermittent: inside the full suite the job's Python driver sometimes outlives its "
-    "killed spark-submit JVM for more than 90 s (passes alone); see the session-2 closing note",
-)
 def test_on_kill_stops_the_running_submission(tmp_path, landed):
     operator = CdcSnapshotOperator(
         task_id="snapshot", source_format="debezium-json", input_paths=str(landed),
@@ -394,8 +389,5 @@ def test_on_kill_stops_the_running_submission(tmp_path, landed):
     assert [type(exc) for exc in raised] == [CdcReplayJobError]
     assert str(raised[0]).startswith("cdc-replay job failed without writing an error report: Cannot execute: spark-submit")
     assert "Error code is: -9." in str(raised[0])
-    deadline = time.monotonic() + 90  # the driver notices its JVM is gone and exits (slow under load)
-    while set(started) & set(processes()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert set(started) & set(processes()) == set()
+    assert set(started) & set(processes()) == set()  # on_kill stops the driver too, not only spark-submit
     assert not (tmp_path / "snapshot").exists()
