@@ -57,6 +57,9 @@ class LandedFile:
     modified_ms: int
     # The file's compressed stream breaks off: read what it delivers, then one "truncated" record.
     damaged: bool = False
+    # Path below the input folder it was found under (its name for a file given directly):
+    # where a strftime partition layout is matched.
+    relative: str = ""
 
     @property
     def compressed(self) -> bool:
@@ -92,10 +95,10 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
                     relative = uri[len(root):] if uri.startswith(root) else st.getPath().getName()
                     if any(is_hidden(part) for part in relative.split("/")):
                         continue
-                    found[uri] = LandedFile(uri, st.getLen(), st.getModificationTime())
+                    found[uri] = LandedFile(uri, st.getLen(), st.getModificationTime(), relative=relative)
             elif not is_hidden(status.getPath().getName()):
                 uri = status.getPath().toString()
-                found[uri] = LandedFile(uri, status.getLen(), status.getModificationTime())
+                found[uri] = LandedFile(uri, status.getLen(), status.getModificationTime(), relative=status.getPath().getName())
     if not found:
         raise LandingError(f"no data files under {', '.join(inputs)} (names starting with _ or . are skipped)")
     return [found[k] for k in sorted(found)]

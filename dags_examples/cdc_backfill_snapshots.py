@@ -8,6 +8,12 @@ day: AS OF is its data interval end, so later changes are counted and not applie
 ``<snapshot_root>/dt=<its day>``. Re-running one day replaces that day's snapshot atomically and
 leaves the others alone.
 
+Each day starts from the day before (``base_path``, with ``keep_state`` so that the next day can
+start from this one): only files the previous snapshot did not cover are read, and only events after
+its AS OF applied. The first day, a missing previous day, or late events that landed before the
+previous AS OF make a full rebuild instead; the metrics' ``mode`` and ``incremental`` say which.
+Partitions after AS OF (plus an hour of lateness) are not read at all.
+
 The sensor uses the ``partition`` strategy in ``reschedule`` mode: a day is complete once the sink
 has started the next day's partition, and while it waits the sensor frees its worker slot.
 
@@ -54,6 +60,8 @@ with DAG(
         source_format="debezium-json",
         input_paths="{{ params.landing }}",
         output_path="{{ params.snapshot_root }}/dt={{ macros.ds_add(ds, -1) }}",  # the day that just ended
+        base_path="{{ params.snapshot_root }}/dt={{ macros.ds_add(ds, -2) }}",  # the day before it
+        keep_state=True,
         key_columns=["id"],
     )
 

@@ -99,7 +99,17 @@ def test_backfill_dag_runs_rebuild_each_their_own_day(airflow_db, tmp_path):
         assert airflow_env.task_states(dag_run) == {"wait_for_next_partition": "success", "rebuild_day": "success"}, day
         next_day = run_at.strftime("%Y-%m-%d")
         assert airflow_env.xcom_return_value(dag_run, "wait_for_next_partition")["seen"] == f"partition dt={next_day} exists"
-        assert_metrics_match(airflow_env.xcom_return_value(dag_run, "rebuild_day"), EXPECTED["daily"][day], tmp_path / f"dt={day}")
+        metrics = airflow_env.xcom_return_value(dag_run, "rebuild_day")
+        # The first day has no previous snapshot to start from; the second starts from the first.
+        chained = day == "2024-09-02"
+        assert_metrics_match(metrics, EXPECTED["daily"][day], tmp_path / f"dt={day}", incremental=chained)
+        assert metrics["incremental"]["applied"] is chained, metrics["incremental"]["reason"]
+        if chained:
+            assert metrics["files"]["skipped_because"] == {"already applied by the base": 5}
+        else:
+            assert metrics["incremental"]["reason"] == (
+                f"the base {tmp_path}/dt=2024-08-31 has no _cdc_state/state.json (missing, or written without --keep-state)"
+            )
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dt=2024-09-01", "dt=2024-09-02"]
     assert [e["as_of"] for e in airflow_env.asset_event_extras("x-cdc-snapshot://cdc_backfill_snapshots/rebuild_day")[-2:]] == [

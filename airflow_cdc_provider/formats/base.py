@@ -19,13 +19,15 @@ class DecodeOptions:
     key (Debezium values, DataHub TUPLE). ``table_keys`` holds ``--key TABLE=COL,COL`` entries.
     ``table`` is the table name for files that hold one table and do not say which (Qlik without
     schema/table fields). ``binary_as_text`` decodes Base64 values of Lindorm HBase tables as UTF-8
-    text instead of binary.
+    text instead of binary. ``context_files`` are files an incremental run does not decode (its
+    base applied them) but that may hold what decoding the others needs (Qlik's MD messages).
     """
 
     key_columns: tuple[str, ...] = ()
     table_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     table: str | None = None
     binary_as_text: bool = False
+    context_files: tuple = ()
 
 
 class Decoder(ABC):

@@ -298,7 +298,7 @@ class QlikJsonDecoder(Decoder):
             before_map.alias("_before"),
             image_keys.alias("_image_keys"),
         )
-        md = F.broadcast(_metadata(spark, files))
+        md = F.broadcast(_metadata(spark, [*files, *options.context_files]))
         joined = staged.join(
             md, (staged["_tag"] == md["tag"]) & (staged["_key"] == md["key"]), "left"
         )

@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
+from airflow_cdc_provider.partition_pruning import PartitionPruning, parse_duration_ms
+
 METRICS_FILE = "_cdc_metrics.json"
 ON_ERROR_CHOICES = ("quarantine", "fail")
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -166,6 +168,20 @@ def normalise_as_of(value: str | int | datetime) -> str:
     return text
 
 
+def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[str, str]:
+    """Checked ``--partitions``/``--partition-timezone``/``--lateness`` values (wrong ones fail the task early)."""
+    values = {
+        "partitions": _checked("partitions", partitions),
+        "partition_timezone": _checked("partition_timezone", timezone),
+        "lateness": _checked("lateness", lateness),
+    }
+    try:
+        PartitionPruning(values["partitions"], values["partition_timezone"], parse_duration_ms(values["lateness"]))
+    except ValueError as exc:
+        raise CdcJobArgumentError(str(exc)) from None
+    return values
+
+
 @dataclass(frozen=True)
 class SnapshotRequest:
     """One ``cdc-replay snapshot`` run, as the operator describes it."""
@@ -178,6 +194,11 @@ class SnapshotRequest:
     tables: Sequence[str] = ()
     on_error: str = "quarantine"
     with_metadata: bool = False
+    partitions: str = "auto"
+    partition_timezone: str = "UTC"
+    lateness: str = "1h"
+    base_path: str | None = None
+    keep_state: bool = False
 
     @classmethod
     def build(
@@ -191,6 +212,11 @@ class SnapshotRequest:
         tables: str | Iterable[str] | None = None,
         on_error: str = "quarantine",
         with_metadata: bool = False,
+        partitions: str = "auto",
+        partition_timezone: str = "UTC",
+        lateness: str = "1h",
+        base_path: str | os.PathLike | None = None,
+        keep_state: bool = False,
     ) -> SnapshotRequest:
         """Validate loose operator values (a path or a list, datetime or text) into a request."""
         from airflow_cdc_provider.formats import format_names
@@ -213,6 +239,9 @@ class SnapshotRequest:
             tables=tuple(_as_list("tables", tables)),
             on_error=on_error,
             with_metadata=bool(with_metadata),
+            **_pruning_arguments(partitions, partition_timezone, lateness),
+            base_path=_checked("base_path", base_path) if base_path else None,
+            keep_state=bool(keep_state),
         )
 
     def application_args(self, error_file: str | None = None) -> list[str]:
@@ -228,6 +257,14 @@ class SnapshotRequest:
         args += ["--on-error", self.on_error]
         if self.with_metadata:
             args.append("--with-metadata")
+        for option, value, default in (("--partitions", self.partitions, "auto"), ("--lateness", self.lateness, "1h"),
+                                       ("--partition-timezone", self.partition_timezone, "UTC")):
+            if value != default:
+                args += [option, value]
+        if self.base_path:
+            args += ["--base", self.base_path]
+        if self.keep_state:
+            args.append("--keep-state")
         if error_file:
             args += ["--error-file", _checked("error_file", error_file)]
         return args

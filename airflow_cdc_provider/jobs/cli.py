@@ -36,6 +36,17 @@ def _snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool) -
                         help="records that cannot be decoded: set aside in _quarantine/ (default) or fail the job")
     parser.add_argument("--with-metadata", action="store_true", help="add _cdc_op, _cdc_event_ts, _cdc_position columns")
     parser.add_argument("--binary-as-text", action="store_true", help="decode Lindorm HBase Base64 values as UTF-8 text")
+    parser.add_argument("--partitions", default="auto", metavar="auto|none|PATTERN",
+                        help="time partitions of the landing: auto (hive dt=/date=/ds= and hour=/hr= folders, the default), "
+                             "none, or a strftime folder pattern such as %%Y/%%m/%%d/%%H; partitions starting after "
+                             "AS OF + --lateness are not read")
+    parser.add_argument("--partition-timezone", default="UTC", help="time zone the partition folders are named in (default UTC)")
+    parser.add_argument("--lateness", default="1h", help="how late an event may land after its time: 30m, 1h, 2d (default 1h)")
+    parser.add_argument("--base", metavar="DIR",
+                        help="an earlier output written with --keep-state: apply only the events after its AS OF "
+                             "(falls back to a full rebuild, and says why in the metrics, when that could differ)")
+    parser.add_argument("--keep-state", action="store_true",
+                        help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)")
     parser.add_argument("--error-file", help=argparse.SUPPRESS)  # the operator reads the job's own error from here
 
 
@@ -80,6 +91,11 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
             on_error=args.on_error,
             with_metadata=args.with_metadata,
             decode_options=DecodeOptions(table=table, binary_as_text=args.binary_as_text),
+            partitions=args.partitions,
+            partition_timezone=args.partition_timezone,
+            lateness=args.lateness,
+            base=args.base,
+            keep_state=args.keep_state,
         )
         get_decoder(spec.source_format)
         spark = build_session(master=master)

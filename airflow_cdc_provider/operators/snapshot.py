@@ -52,6 +52,16 @@ class CdcSnapshotOperator(BaseOperator):
     :param on_error: ``quarantine`` (records that cannot be decoded go to ``_quarantine/``) or
         ``fail`` (the job fails on the first one).
     :param with_metadata: add ``_cdc_op``, ``_cdc_event_ts``, ``_cdc_position`` to every row.
+    :param partitions: time partitions of the landing (``--partitions``): ``auto`` (hive-style
+        ``dt=``/``hour=`` folders, the default), ``none``, or a strftime folder pattern such as
+        ``%Y/%m/%d``; partitions starting after AS OF + ``lateness`` are not read.
+    :param partition_timezone: the time zone partition folders are named in (default ``UTC``).
+    :param lateness: how late an event may land after its own time (``30m``, ``1h``, ``2d``).
+    :param base_path: an earlier output of this operator written with ``keep_state``: apply only
+        the events after its AS OF (``--base``). A missing or unusable base, or late events before
+        it, make a full rebuild; the metrics' ``incremental`` block says which. (templated)
+    :param keep_state: also write ``_cdc_state/`` so a later run can use this output as its base
+        (implied by ``base_path``).
     :param output_asset: the Asset (or its URI) this task produces. Default: the folder of
         ``output_path`` above its first templated part (``s3a://lake/snap/{{ ds }}`` gives
         ``s3a://lake/snap``), or ``x-cdc-snapshot://<dag_id>/<task_id>`` when no part of it is
@@ -68,6 +78,7 @@ class CdcSnapshotOperator(BaseOperator):
         "as_of",
         "key_columns",
         "tables",
+        "base_path",
     )
     ui_color = "#d6eaf8"
 
@@ -84,6 +95,11 @@ class CdcSnapshotOperator(BaseOperator):
         spark_conf: dict[str, Any] | None = None,
         on_error: str = "quarantine",
         with_metadata: bool = False,
+        partitions: str = "auto",
+        partition_timezone: str = "UTC",
+        lateness: str = "1h",
+        base_path: str | None = None,
+        keep_state: bool = False,
         output_asset: Asset | str | None = None,
         driver_log_level: str | None = DEFAULT_DRIVER_LOG_LEVEL,
         **kwargs: Any,
@@ -99,6 +115,11 @@ class CdcSnapshotOperator(BaseOperator):
         self.spark_conf = spark_conf
         self.on_error = on_error
         self.with_metadata = with_metadata
+        self.partitions = partitions
+        self.partition_timezone = partition_timezone
+        self.lateness = lateness
+        self.base_path = base_path
+        self.keep_state = keep_state
         self.driver_log_level = normalise_log_level(driver_log_level)  # a typo fails when the DAG is parsed
         dag_id = self.dag.dag_id if self.has_dag() else None
         self.output_asset = (
@@ -128,6 +149,11 @@ class CdcSnapshotOperator(BaseOperator):
             tables=self.tables or None,
             on_error=self.on_error,
             with_metadata=self.with_metadata,
+            partitions=self.partitions,
+            partition_timezone=self.partition_timezone,
+            lateness=self.lateness,
+            base_path=self.base_path or None,
+            keep_state=self.keep_state,
         )
         self._request = request
         self.log.info("Rebuilding snapshot as of %s into %s", request.as_of, request.output_path)

@@ -8,7 +8,7 @@ metrics) reads that result, never the landed files again.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
@@ -16,6 +16,8 @@ from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
 from airflow_cdc_provider.landing import LandedFile, checkpoint_salvaging, list_landed_files
+from airflow_cdc_provider.partition_pruning import DEFAULT_LATENESS, PartitionPruning, parse_duration_ms
+from airflow_cdc_provider.replay import base_state as bs
 from airflow_cdc_provider.replay import events as ev
 from airflow_cdc_provider.replay.fold import (
     TAG_IGNORED,
@@ -32,7 +34,7 @@ from airflow_cdc_provider.replay.fold import (
 from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
 from airflow_cdc_provider.replay.timeparse import format_as_of, parse_as_of
-from airflow_cdc_provider.replay.typing import key_columns_of, table_schemas, typed_value
+from airflow_cdc_provider.replay.typing import SchemaInputs, key_columns_of, schema_inputs, table_schemas, typed_value
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,13 @@ class SnapshotSpec:
     on_error: str = "quarantine"
     with_metadata: bool = False
     decode_options: DecodeOptions = field(default_factory=DecodeOptions)
+    partitions: PartitionPruning = PartitionPruning()
+    base: str | None = None  # an earlier output (written with keep_state) to start from
+    keep_state: bool = False  # also write _cdc_state/ so a later run can start from this one
+
+    @property
+    def writes_state(self) -> bool:
+        return self.keep_state or self.base is not None
 
     @classmethod
     def from_args(
@@ -76,6 +85,11 @@ class SnapshotSpec:
         on_error: str = "quarantine",
         with_metadata: bool = False,
         decode_options: DecodeOptions | None = None,
+        partitions: str = "auto",
+        partition_timezone: str = "UTC",
+        lateness: str = DEFAULT_LATENESS,
+        base: str | None = None,
+        keep_state: bool = False,
     ) -> "SnapshotSpec":
         if on_error not in ON_ERROR_CHOICES:
             raise ValueError(f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {on_error!r}")
@@ -97,6 +111,9 @@ class SnapshotSpec:
             on_error=on_error,
             with_metadata=with_metadata,
             decode_options=options,
+            partitions=PartitionPruning(partitions, partition_timezone, parse_duration_ms(lateness)),
+            base=base or None,
+            keep_state=keep_state,
         )
 
 
@@ -154,14 +171,90 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
         return _rebuild(spark, spec, target)
 
 
+SKIPPED_PARTITION = "partition starts after AS OF + lateness"
+SKIPPED_IN_BASE = "already applied by the base"
+
+
+@dataclass
+class _Input:
+    """What one run reads and how: the decoded events, the files behind them, the base it starts from."""
+
+    events: DataFrame
+    files: list[LandedFile]
+    skipped: dict[str, list[LandedFile]]
+    base: bs.BaseState | None
+    incremental: dict | None  # the metrics' "incremental" block when --base was given
+    horizons: dict[str, int | None] = field(default_factory=dict)
+
+
+def _base_mismatch(spec: SnapshotSpec, state: bs.BaseState) -> str | None:
+    if state.format != spec.source_format:
+        return f"the base was built from --format {state.format}, this run reads {spec.source_format}"
+    if state.as_of_ms > spec.as_of_ms:
+        return f"AS OF {format_as_of(spec.as_of_ms)} is before the base's {format_as_of(state.as_of_ms)}"
+    if state.keys != _keys_json(spec.keys):
+        return "--key differs from the base's"
+    if state.tables_filter != sorted(spec.tables):
+        return "--table differs from the base's"
+    return None
+
+
+def _keys_json(keys: KeyConfig) -> list:
+    return [list(keys.default), sorted([name, list(cols)] for name, cols in keys.per_table)]
+
+
+def _read_input(spark: SparkSession, spec: SnapshotSpec, decode) -> _Input:
+    """List, prune and decode the landed files; with ``--base``, only those the base did not cover.
+
+    Falls back to reading everything (a full rebuild) when the base cannot be used or this run's
+    events could not be applied on top of it; the ``incremental`` block says which happened and why.
+    """
+    listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
+    skipped = {SKIPPED_PARTITION: after_as_of}
+    state, why_full = bs.read_base_state(spark, spec.base) if spec.base else (None, None)
+    if state is not None:
+        why_full = _base_mismatch(spec, state)
+    if state is not None and why_full is None:
+        fresh = [f for f in listed if not state.covers(f)]
+        covered = [f for f in listed if state.covers(f)]
+        events, fresh = (
+            checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered)) if fresh else (_no_events(spark), [])
+        )
+        reread = {f.path for f in fresh if state.reread(f)}
+        why_full = bs.fallback_reason(events, state, spec.as_of_ms, reread)
+        if why_full is None:
+            horizons = bs.file_horizons(events) if spec.writes_state else {}
+            applied_by_base = F.col("file").isin(list(reread)) & (F.coalesce(F.col("event_ms"), F.lit(0)) <= state.as_of_ms)
+            applied_by_base = applied_by_base & F.col("kind").isin(ev.KIND_CHANGE, ev.KIND_IGNORED)
+            marked = events.withColumns({
+                "kind": F.when(applied_by_base, F.lit(ev.KIND_IGNORED)).otherwise(F.col("kind")),
+                "reason": F.when(applied_by_base, F.lit(bs.IGNORED_IN_BASE)).otherwise(F.col("reason")),
+            }) if reread else events
+            skipped[SKIPPED_IN_BASE] = covered
+            incremental = {"base": spec.base, "base_as_of": format_as_of(state.as_of_ms), "applied": True, "reason": None}
+            return _Input(marked, fresh, skipped, state, incremental, horizons)
+        events.unpersist()
+    if why_full is not None:
+        log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
+    events, files = checkpoint_salvaging(spark, listed, decode)
+    incremental = {"base": spec.base, "base_as_of": None if state is None else format_as_of(state.as_of_ms),
+                   "applied": False, "reason": why_full} if spec.base else None
+    horizons = bs.file_horizons(events) if spec.writes_state else {}
+    return _Input(events, files, skipped, None, incremental, horizons)
+
+
+def _no_events(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], ev.CANONICAL_EVENT_SCHEMA).withColumn("_content_hash", F.lit(0).cast("bigint"))
+
+
 def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> dict:
-    files = list_landed_files(spark, list(spec.inputs))
     decoder = get_decoder(spec.source_format)
 
-    def decode(landed: list[LandedFile]) -> DataFrame:
+    def decode(landed: list[LandedFile], context: list[LandedFile] = ()) -> DataFrame:
         # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
         quarantine_bound = (F.col("kind") == ev.KIND_QUARANTINED) | lacks_key(spec.keys)
-        return decoder.decode(spark, landed, spec.decode_options).withColumns({
+        options = replace(spec.decode_options, context_files=tuple(context))
+        return decoder.decode(spark, landed, options).withColumns({
             "_content_hash": content_hash(),
             "raw": F.when(quarantine_bound, F.col("raw")),
         })
@@ -169,18 +262,36 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
-    checkpointed, files = checkpoint_salvaging(spark, files, decode)
-    events = _select_tables(checkpointed, spec.tables)
-    folded = fold(keyed_events(events, spec.keys, spec.as_of_ms), keep_resets=decoder.partial_images)
+    read = _read_input(spark, spec, decode)
+    _size_shuffles(spark, read.files)
+    events = _select_tables(read.events, spec.tables)
+    keyed = keyed_events(events, spec.keys, spec.as_of_ms)
+    if read.base is not None:
+        keyed = keyed.withColumn("_base", F.lit(False))
+        keyed = keyed.unionByName(bs.base_rows_as_keyed(spark, read.base, keyed))
+    folded = fold(keyed, keep_resets=decoder.partial_images)
     if decoder.partial_images:
         folded = folded.localCheckpoint(eager=True)
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
     resolved = resolve(folded, carry_moves=decoder.partial_images).localCheckpoint(eager=True)
     try:
-        return _write(spark, spec, target, files, events, resolved)
+        return _write(spark, spec, target, read, events, resolved)
     finally:
         resolved.unpersist()
-        events.unpersist()
+        read.events.unpersist()
+
+
+# Bytes of landed input per shuffle partition (before AQE coalesces what turns out small).
+_INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
+
+
+def _size_shuffles(spark: SparkSession, files: list[LandedFile]) -> None:
+    """Shuffle partitions sized to the input, not Spark's fixed 200 (unless the user chose a number)."""
+    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        return
+    cores = spark.sparkContext.defaultParallelism
+    wanted = -(-sum(f.size for f in files) // _INPUT_BYTES_PER_SHUFFLE_PARTITION)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores, min(wanted, 4000))))
 
 
 def _group_counts(resolved: DataFrame) -> list:
@@ -199,12 +310,13 @@ def _group_counts(resolved: DataFrame) -> list:
             F.sum(c["deletes_unknown"]).alias("deletes_unknown"),
             F.sum(c["updates_unknown"]).alias("updates_unknown"),
             F.max("last_event_ms").alias("last_event_ms"),
+            F.max(F.when(F.col("_tag").isin(TAG_ROW, TAG_TRUNCATE), F.col("last.log_pos"))).alias("last_log_pos"),
         )
         .collect()
     )
 
 
-def _write(spark, spec: SnapshotSpec, target: OutputTarget, files, events: DataFrame, resolved: DataFrame) -> dict:
+def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events: DataFrame, resolved: DataFrame) -> dict:
     groups = _group_counts(resolved)
     keyless = sorted({g["table"] for g in groups if g["_tag"] == TAG_NO_KEY})
     if keyless:
@@ -220,7 +332,8 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, files, events: DataF
             f"{first['reason']} (--on-error fail; rerun with --on-error quarantine to set such records aside)"
         )
 
-    tables = sorted({g["table"] for g in groups if g["_tag"] in (TAG_ROW, TAG_TRUNCATE) and g["table"]})
+    base_tables = read.base.tables if read.base is not None else {}
+    tables = sorted({g["table"] for g in groups if g["_tag"] in (TAG_ROW, TAG_TRUNCATE) and g["table"]} | set(base_tables))
 
     def first_seen(table: str, col: str, spark_type: str) -> tuple:
         """(position, file, type) of the first event declaring ``col`` as ``spark_type`` (error path only)."""
@@ -236,7 +349,15 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, files, events: DataF
         o = hit["o"]
         return ((tuple(o["log_pos"] or ()), o["event_ms"] or 0, hit["f"], o["file_pos"]), hit["f"], spark_type)
 
-    schemas = table_schemas(resolved, tables, first_seen, key_columns_of(resolved))
+    base_inputs = None
+    if read.base is not None:
+        base_inputs = SchemaInputs(
+            signatures=[(t, [tuple(c) for c in sig]) for t, info in base_tables.items() for sig in info["signatures"]],
+            dropped={t: set(info["dropped"]) for t, info in base_tables.items()},
+        )
+    typing_inputs = schema_inputs(resolved, base_inputs)
+    key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(resolved)
+    schemas = table_schemas(resolved, tables, first_seen, key_columns, typing_inputs)
     table_paths: dict[str, str] = {}
     rows_per_table: dict[str, int] = {}
     for table in tables:
@@ -261,14 +382,45 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, files, events: DataF
             F.col("first.raw").alias("record"),
         ).orderBy("file", "file_pos", "row").coalesce(1).write.mode("overwrite").json(target.staging_uri(QUARANTINE_DIR))
 
-    metrics = build_metrics(spec, target, groups, table_paths, files, quarantine_count)
+    metrics = build_metrics(spec, target, groups, table_paths, read, quarantine_count)
+    if spec.writes_state:
+        _write_state(spec, target, read, groups, resolved, typing_inputs, key_columns, metrics)
     target.write_metrics(metrics)
     target.commit()
     log.info("snapshot of %d table(s) as of %s written to %s", len(tables), metrics["as_of"], target.uri)
     return metrics
 
 
-def build_metrics(spec: SnapshotSpec, target: OutputTarget, groups, table_paths, files, quarantine_count: int) -> dict:
+def _write_state(spec: SnapshotSpec, target: OutputTarget, read: _Input, groups, resolved: DataFrame,
+                 typing_inputs: SchemaInputs, key_columns: dict[str, list[str]], metrics: dict) -> None:
+    """``_cdc_state/``: what a later ``--base`` run starts from (see replay/base_state.py)."""
+    bs.state_rows(resolved).write.mode("overwrite").parquet(target.staging_uri(bs.STATE_DIR, bs.ROWS_DIR))
+    base = read.base
+    files = dict(base.files) if base is not None else {}
+    for landed in read.files:
+        files[landed.path] = [landed.size, read.horizons.get(landed.path)]
+    positions: dict[str, list[int]] = {}
+    for g in groups:
+        if g["last_log_pos"] and g["table"]:
+            positions[g["table"]] = max(positions.get(g["table"], []), list(g["last_log_pos"]))
+    tables = {}
+    for table, entry in metrics["tables"].items():
+        earlier = base.tables.get(table, {}) if base is not None else {}
+        tables[table] = {
+            "signatures": sorted({tuple(map(tuple, sig)) for t, sig in typing_inputs.signatures if t == table}),
+            "dropped": sorted(typing_inputs.dropped.get(table, ())),
+            "key_columns": key_columns.get(table, []),
+            "last_log_pos": max(positions.get(table, []), earlier.get("last_log_pos") or []) or None,
+            "last_event_ms": entry["last_event_ms"],
+        }
+    state = bs.BaseState(
+        uri=target.final_uri(bs.STATE_DIR), format=spec.source_format, as_of_ms=spec.as_of_ms,
+        keys=_keys_json(spec.keys), tables_filter=sorted(spec.tables), tables=tables, files=files,
+    )
+    target.write_text(f"{bs.STATE_DIR}/{bs.STATE_FILE}", state.to_json())
+
+
+def build_metrics(spec: SnapshotSpec, target: OutputTarget, groups, table_paths, read: _Input, quarantine_count: int) -> dict:
     def zero_table() -> dict:
         return {
             "rows": 0, "path": None, "inserts": 0, "updates": 0, "deletes": 0, "last_event_ms": None,
@@ -313,7 +465,11 @@ def build_metrics(spec: SnapshotSpec, target: OutputTarget, groups, table_paths,
                 t["events"][k] += v
     for name, t in tables.items():
         t["path"] = table_paths[name]
-    return {
+        earlier = read.base.tables.get(name, {}).get("last_event_ms") if read.base is not None else None
+        if earlier is not None:
+            t["last_event_ms"] = max(t["last_event_ms"] or earlier, earlier)
+    files, skipped = read.files, [f for group in read.skipped.values() for f in group]
+    metrics = {
         "format": spec.source_format,
         "as_of": format_as_of(spec.as_of_ms),
         "as_of_ms": spec.as_of_ms,
@@ -327,6 +483,16 @@ def build_metrics(spec: SnapshotSpec, target: OutputTarget, groups, table_paths,
             "path": target.final_uri(QUARANTINE_DIR) if quarantine_count else None,
             "reasons": dict(sorted(quarantine_reasons.items())),
         },
-        "files": {"read": len(files), "bytes": sum(f.size for f in files)},
+        "files": {
+            "read": len(files),
+            "bytes": sum(f.size for f in files),
+            "skipped": len(skipped),
+            "bytes_skipped": sum(f.size for f in skipped),
+            "skipped_because": {why: len(group) for why, group in read.skipped.items() if group},
+        },
+        "mode": "incremental" if read.base is not None else "full",
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if read.incremental is not None:
+        metrics["incremental"] = read.incremental
+    return metrics

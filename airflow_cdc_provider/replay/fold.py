@@ -170,8 +170,10 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
 
     ``keep_resets`` also keeps every resetting image, not only the latest (``resets``): formats with
     partial images need a row's state at the moment of a key change, which may lie before it.
+    Rows flagged ``_base`` (an incremental run's starting state) are applied but never counted.
     """
     applied = F.col("_applied")
+    from_base = F.col("_base") if "_base" in keyed.columns else F.lit(False)
     ddl = F.col("_ddl_applied")
     partial_update = applied & (F.col("op") == ev.OP_UPDATE) & F.col("partial")
     moved_away = applied & F.col("_moved_away")
@@ -185,7 +187,7 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
     # The new-key half of a key-changing update: an update of a row that existed (under its old key).
     op_code = F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(op_code)
     last_meta = F.struct(F.col("op"), F.col("event_ms"), F.col("log_pos"), F.col("file"), F.col("line"))
-    counted = applied & ~F.col("_moved_away")
+    counted = applied & ~F.col("_moved_away") & ~from_base
     # A leading 64-bit hash makes the aggregation's sort (it falls back to sorting past a few
     # hundred keys per task) compare longs instead of table names and key arrays.
     group_hash = F.xxhash64("table", "_tag", "_key").alias("_group_hash")
@@ -193,7 +195,7 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
     all_resets = [F.collect_list(F.when(reset, resetting)).alias("resets")] if keep_resets else []
     return keyed.groupBy(group_hash, "table", "_tag", "_key").agg(
         *all_resets,
-        F.count(F.when(~F.col("_moved_away"), 1)).alias("n"),
+        F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),
         F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
         F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
         F.collect_list(F.when(partial_update, F.struct(ord_.alias("ord"), F.col("after").alias("after")))).alias("partials"),

@@ -177,9 +177,13 @@ class OutputTarget:
                 self.fs.delete(status.getPath(), True)
 
     def write_metrics(self, metrics: dict) -> None:
-        out = self.fs.create(self._Path(self.staging, METRICS_FILE), True)
+        self.write_text(METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=False))
+
+    def write_text(self, relative: str, text: str) -> None:
+        """A small file inside the staging folder (committed with everything else)."""
+        out = self.fs.create(self._Path(self.staging_uri(relative)), True)
         try:
-            out.write(bytearray(json.dumps(metrics, indent=2, sort_keys=False).encode("utf-8")))
+            out.write(bytearray(text.encode("utf-8")))
         finally:
             out.close()
 

@@ -75,8 +75,11 @@ def declared_signatures(resolved: DataFrame) -> list[tuple[str, list[tuple[str, 
     return [(r["table"], [(e["key"], e["value"]) for e in r["sig"]]) for r in rows]
 
 
-def dropped_columns(resolved: DataFrame) -> dict[str, set[str]]:
-    """Columns each table dropped before AS OF and did not add back with a later DDL."""
+def dropped_columns(resolved: DataFrame, earlier: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """Columns each table dropped before AS OF and did not add back with a later DDL.
+
+    ``earlier``: columns an incremental run's base had dropped; a DDL of this run may add them back.
+    """
     change = F.explode("ddl_changes").alias("c")
     per_column = (
         resolved.where(F.col("_tag") == TAG_IGNORED)
@@ -87,13 +90,15 @@ def dropped_columns(resolved: DataFrame) -> dict[str, set[str]]:
             F.max(F.when(F.array_contains("cols", F.col("col")), F.col("ord"))).alias("dropped_at"),
             F.max(F.when(F.array_contains("added", F.col("col")), F.col("ord"))).alias("added_at"),
         )
-        .where(F.col("dropped_at").isNotNull() & (F.col("added_at").isNull() | (F.col("dropped_at") > F.col("added_at"))))
         .collect()
     )
-    dropped: dict[str, set[str]] = {}
+    dropped: dict[str, set[str]] = {t: set(cols) for t, cols in (earlier or {}).items()}
     for r in per_column:
-        dropped.setdefault(r["table"], set()).add(r["col"])
-    return dropped
+        if r["dropped_at"] is not None and (r["added_at"] is None or r["dropped_at"] > r["added_at"]):
+            dropped.setdefault(r["table"], set()).add(r["col"])
+        else:
+            dropped.get(r["table"], set()).discard(r["col"])
+    return {t: cols for t, cols in dropped.items() if cols}
 
 
 def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
@@ -115,8 +120,28 @@ def key_columns_of(resolved: DataFrame) -> dict[str, list[str]]:
     return {r["table"]: list(r["k"] or []) for r in rows}
 
 
+@dataclass
+class SchemaInputs:
+    """What typing needs besides the final rows; an incremental run starts from its base's."""
+
+    signatures: list[tuple[str, list[tuple[str, str]]]]
+    dropped: dict[str, set[str]]
+
+
+def schema_inputs(resolved: DataFrame, base: SchemaInputs | None = None) -> SchemaInputs:
+    signatures = declared_signatures(resolved)
+    if base is not None:
+        seen = {(t, tuple(sig)) for t, sig in signatures}
+        signatures += [(t, sig) for t, sig in base.signatures if (t, tuple(sig)) not in seen]
+    return SchemaInputs(signatures, dropped_columns(resolved, base.dropped if base else None))
+
+
 def table_schemas(
-    resolved: DataFrame, tables: list[str], first_seen: "callable", key_columns: dict[str, list[str]]
+    resolved: DataFrame,
+    tables: list[str],
+    first_seen: "callable",
+    key_columns: dict[str, list[str]],
+    inputs: SchemaInputs,
 ) -> dict[str, TableSchema]:
     """Merge declared and inferred types into one ordered schema per table.
 
@@ -124,7 +149,7 @@ def table_schemas(
     (as strings), so its snapshot is an empty table rather than a missing one.
     """
     schemas = {t: TableSchema() for t in tables}
-    for table, sig in sorted(declared_signatures(resolved), key=lambda s: (s[0], -len(s[1]), s[1])):
+    for table, sig in sorted(inputs.signatures, key=lambda s: (s[0], -len(s[1]), s[1])):
         columns = schemas.setdefault(table, TableSchema()).columns
         for col, spark_type in sig:
             if col not in columns:
@@ -148,7 +173,7 @@ def table_schemas(
             columns[col] = _inferred(vtype)
     # A dropped column stays only where a row still holds a value written after the drop.
     holding = {(table, col) for table, col, _vtype, _pos in inferred}
-    for table, cols in dropped_columns(resolved).items():
+    for table, cols in inputs.dropped.items():
         for col in cols - {c for t, c in holding if t == table}:
             schemas.get(table, TableSchema()).columns.pop(col, None)
     for table, schema in schemas.items():

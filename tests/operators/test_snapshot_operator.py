@@ -123,6 +123,17 @@ def test_argument_list_is_exact():
         "--format", "debezium-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/o",
         "--key", "db.orders=order_id,line", "--key", "db.items=sku", "--on-error", "quarantine",
     ]  # fmt: skip
+    incremental = SnapshotRequest.build(
+        source_format="canal-json", input_paths="/lake/a", output_path="/lake/2024-09-03", as_of=1725259200000,
+        partitions="%Y/%m/%d", partition_timezone="Asia/Shanghai", lateness="2h", base_path="/lake/2024-09-02",
+    )
+    assert incremental.application_args() == [
+        "--format", "canal-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/lake/2024-09-03",
+        "--on-error", "quarantine", "--partitions", "%Y/%m/%d", "--lateness", "2h",
+        "--partition-timezone", "Asia/Shanghai", "--base", "/lake/2024-09-02",
+    ]  # fmt: skip
+    kept = SnapshotRequest.build(source_format="canal-json", input_paths="/a", output_path="/o", as_of=0, keep_state=True)
+    assert kept.application_args()[-1] == "--keep-state"
 
 
 GOOD = {
@@ -151,6 +162,10 @@ GOOD = {
         ("on_error", "ignore", "on_error must be one of"),
         ("input_paths", [], "at least one path"),
         ("input_paths", [""], "must not be empty"),
+        ("base_path", "--master=yarn", "must not start with '-'"),
+        ("lateness", "a while", "--lateness must be a duration such as 30m, 1h or 2d, not 'a while'"),
+        ("partitions", "dt=%m-%d", "partition_pattern must be a relative strftime pattern containing %Y"),
+        ("partition_timezone", "Moon/Base", "unknown partition_timezone 'Moon/Base'"),
     ],
 )
 def test_values_that_could_inject_options_are_refused(field, value, message):

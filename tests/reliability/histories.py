@@ -31,7 +31,6 @@ from tests.formats.test_cdl import change as cdl_change
 from tests.formats.test_datahub_blob import message as blob_message
 from tests.formats.test_dts_avro import chars, integer, message as avro_message, record as dts_record
 from tests.formats.test_qlik import dt_msg, md
-from tests.formats.test_qlik import seq as qlik_seq
 from tests.formats.test_shareplex import rec as shareplex_rec
 
 T0 = 1_725_271_200_000  # 2024-09-02T10:00:00Z: every event time is T0 + position seconds
@@ -66,6 +65,9 @@ class Change:
     name: str | None
     qty: int | None
     position: int  # 1, 2, ...: the source's log position; event time is T0 + position s
+    # An update whose image holds only the key and the columns that changed (formats whose
+    # encoder has partial_images; the benchmarks' generator makes them).
+    partial: bool = False
 
     @property
     def ms(self) -> int:
@@ -104,6 +106,7 @@ class Encoder:
     null_key_reason: str = "missing key"
     # The record a quarantined but decodable line is kept as (dts-avro keeps the message's Base64).
     decoded_raw: Callable[[str], str] = lambda text: text  # noqa: E731
+    partial_images: bool = False  # writes Change.partial updates as partial images
 
     def row(self, key: int, name: str | None, qty: int | None) -> dict[str, Any]:
         return dict(zip(self.columns, (key, name, qty)))
@@ -150,13 +153,19 @@ def _canal(table: str, c: Change, before: dict | None) -> list[Line]:
     return [Line(text, "change", change=c)]
 
 
+def _changed(row: dict, before: dict | None) -> dict:
+    """The non-key columns of ``row`` whose value differs from ``before``: a partial update's image."""
+    return {k: v for k, v in row.items() if k != "id" and (before is None or before.get(k) != v)}
+
+
 def _shareplex(table: str, c: Change, before: dict | None) -> list[Line]:
     row = {"id": c.key, "name": c.name, "qty": c.qty}
     op = {INSERT: "ins", UPDATE: "upd", DELETE: "del"}[c.op]
     if c.op == DELETE:
         text = shareplex_rec(op, before or row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1)
     elif c.op == UPDATE:
-        text = shareplex_rec(op, row, {"id": c.key}, table=f"s.{table}", time=iso(c.ms), scn=c.position,
+        data = _changed(row, before) if c.partial else row  # the key block holds the id
+        text = shareplex_rec(op, data, {"id": c.key}, table=f"s.{table}", time=iso(c.ms), scn=c.position,
                              trans="1", seq=1)
     else:
         text = shareplex_rec(op, row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1)
@@ -225,9 +234,15 @@ def _qlik(table: str, c: Change, before: dict | None) -> list[Line]:
     op = c.op.upper()
     data = _qlik_row(before or row) if c.op == DELETE else _qlik_row(row)
     old = _qlik_row(before) if c.op == UPDATE else None
-    second = c.position
-    record = dt_msg(op, data, old, seq=qlik_seq(c.position, second=second % 60), at=iso(c.ms, millis=True),
-                    mask="07", schema="dbo", table=table.upper())
+    mask = "07"  # columnMask: bit ordinal - 1 for ID, NAME, QTY
+    if c.partial:  # columns not captured are null and their bit is clear
+        captured = {"id", *_changed(row, before)}
+        data = {name.upper(): v if name in captured else None for name, v in row.items()}
+        mask = f"{sum(1 << i for i, name in enumerate(('id', 'name', 'qty')) if name in captured):02X}"
+    # changeSequence: the event time (YYYYMMDDHHmmSShh) and a 19-digit counter, both growing with the position.
+    seq = datetime.fromtimestamp(c.ms / 1000, tz=timezone.utc).strftime("%Y%m%d%H%M%S00") + f"{c.position:019d}"
+    record = dt_msg(op, data, old, seq=seq, at=iso(c.ms, millis=True),
+                    mask=mask, schema="dbo", table=table.upper())
     return [Line(json.dumps(record), "change", change=c)]
 
 
@@ -243,12 +258,13 @@ ENCODERS: dict[str, Encoder] = {
         Encoder("debezium-json", _dbz, lambda t: f"db.{t}", key=("id",), foreign_reason="missing op"),
         Encoder("cdl-json", _cdl, lambda t: f"s.{t}"),
         Encoder("canal-json", _canal, lambda t: f"db.{t}"),
-        Encoder("shareplex-json", _shareplex, lambda t: f"s.{t}", key=("id",)),
+        Encoder("shareplex-json", _shareplex, lambda t: f"s.{t}", key=("id",), partial_images=True),
         Encoder("dts-avro", _dts, lambda t: f"db.{t}", foreign_reason="missing image",
                 decoded_raw=lambda text: json.loads(text)["value"]),
         Encoder("datahub-tuple", _datahub_tuple, lambda t: t, key=("id",)),
         Encoder("datahub-blob", _datahub_blob, lambda t: f"db.{t}"),
-        Encoder("qlik-json", _qlik, lambda t: f"dbo.{t.upper()}", columns=("ID", "NAME", "QTY"), preamble=_qlik_md),
+        Encoder("qlik-json", _qlik, lambda t: f"dbo.{t.upper()}", columns=("ID", "NAME", "QTY"), preamble=_qlik_md,
+                partial_images=True),
     )
 }
 

@@ -1,0 +1,439 @@
+"""Measure the ``cdc-replay`` rebuild against Spark and DuckDB baselines, in one warm Spark session.
+
+    python -m benchmarks.run --format debezium-json --events 1000000 --keys 100000 --workdir /tmp/bench1m
+    python -m benchmarks.run --compare /tmp/bench1m.json /tmp/bench10m.json
+
+The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reused when its
+``_expected.json`` names the same workload). On the same files:
+
+(a) Spark fully parses them: ``spark.read.schema(S).json`` and one aggregate over every leaf
+    column (S is inferred beforehand from a sample of lines, outside the timing). For dts-avro the
+    files are a Kafka JSON dump: (a) parses the JSON and Base64-decodes every ``value``; Spark cannot
+    decode the Avro bytes without the spark-avro jar, so (a) stops at the bytes.
+(b) a hand-written PySpark "latest row per key" job (debezium-json only): event time <= AS OF,
+    ``row_number()`` over (table, key) by binlog position descending, rn = 1 and not a delete,
+    written as Parquet.
+(c) the ``cdc-replay`` rebuild (``run_snapshot``), its row count checked against the generator's.
+(d) DuckDB, 2 threads, running the query of (b) (debezium-json only).
+
+Each is run ``--repeat`` times; the fastest run counts. Peak memory is sampled during every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pyspark.sql import Column, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, DataType, DoubleType, LongType, MapType, StringType, StructType
+
+from airflow_cdc_provider.jobs.session import build_session
+from airflow_cdc_provider.landing_probe import is_hidden
+from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+from benchmarks.generate import add_workload_arguments, generate, read_expected, workload_from_args
+
+MIB = 2**20
+SAMPLE_LINES_PER_FILE = 2_000
+SAMPLE_FILES = 16
+WINDOW_FORMATS = ("debezium-json",)  # formats (b) and (d) are written for
+DUCKDB_THREADS = 2
+LABELS = {
+    "a": "(a) Spark full parse",
+    "b": "(b) Spark window job",
+    "c": "(c) cdc-replay rebuild",
+    "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
+}
+MEMORY = {"jvm_rss_mib": "driver JVM RSS", "jvm_heap_mib": "JVM heap used", "python_rss_mib": "Python RSS"}
+
+
+class NotApplicable(Exception):
+    """A measurement that does not exist for this format or this installation (printed as n/a)."""
+
+
+# ------------------------------------------------------------------ the landing
+
+
+@dataclass(frozen=True)
+class Landing:
+    """A generated landing: its folder, data files and what the generator says a rebuild must give."""
+
+    root: Path
+    files: tuple[str, ...]
+    expected: dict
+
+    @classmethod
+    def open(cls, root: Path) -> "Landing":
+        expected = read_expected(root)
+        if expected is None:
+            raise FileNotFoundError(f"{root} has no _expected.json: write it with python -m benchmarks.generate")
+        files = sorted(str(p) for p in root.rglob("*.json") if not any(map(is_hidden, p.relative_to(root).parts)))
+        return cls(root, tuple(files), expected)
+
+    @property
+    def source_format(self) -> str:
+        return self.expected["workload"]["source_format"]
+
+    @property
+    def events(self) -> int:
+        return self.expected["workload"]["events"]
+
+    @property
+    def mib(self) -> float:
+        return sum(os.path.getsize(f) for f in self.files) / MIB
+
+
+def record_schema(spark: SparkSession, landing: Landing) -> StructType:
+    """The records' schema, inferred by Spark from the first lines of the first files (not timed)."""
+    lines: list[str] = []
+    for path in landing.files[:SAMPLE_FILES]:
+        with open(path, encoding="utf-8") as f:
+            lines.extend(line for _, line in zip(range(SAMPLE_LINES_PER_FILE), f))
+    return spark.read.json(spark.sparkContext.parallelize(lines, 1)).schema
+
+
+# ------------------------------------------------------------------ (a) (b) (c) (d)
+
+
+def _leaf_aggregates(data_type: DataType, column: Column) -> list[Column]:
+    """One aggregate per leaf column, so every value is converted; arrays and maps are hashed whole."""
+    if isinstance(data_type, StructType):
+        return [a for f in data_type.fields for a in _leaf_aggregates(f.dataType, column[f.name])]
+    if isinstance(data_type, (ArrayType, MapType)):
+        return [F.max(F.xxhash64(column))]
+    return [F.max(column)]
+
+
+def full_parse(spark: SparkSession, landing: Landing, schema: StructType) -> int:
+    """(a): read every record with the schema and aggregate every column; return the record count."""
+    records = spark.read.schema(schema).json(list(landing.files))
+    aggregates = [F.count(F.lit(1)).alias("records")]
+    for f in schema.fields:
+        if landing.source_format == "dts-avro" and f.name == "value":  # the Avro bytes, Base64 in the dump
+            aggregates.append(F.sum(F.length(F.unbase64(records[f.name]))))
+        else:
+            aggregates.extend(_leaf_aggregates(f.dataType, records[f.name]))
+    return records.agg(*aggregates).first()["records"]
+
+
+def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: Path) -> None:
+    """(b): the latest row per key as a data engineer writes it for Debezium, written as Parquet."""
+    if landing.source_format not in WINDOW_FORMATS:
+        raise NotApplicable(f"written for {', '.join(WINDOW_FORMATS)} only")
+    source = F.col("source")
+    events = spark.read.schema(schema).json(list(landing.files))
+    keyed = events.where(source["ts_ms"] <= landing.expected["as_of_ms"]).select(
+        F.concat_ws(".", source["db"], source["table"]).alias("table"),
+        F.coalesce(F.col("after.id"), F.col("before.id")).alias("id"),
+        "op", "after", "source",
+    )
+    newest_first = Window.partitionBy("table", "id").orderBy(
+        source["file"].desc(), source["pos"].desc(), source["row"].desc())
+    latest = keyed.withColumn("rn", F.row_number().over(newest_first))
+    latest.where((F.col("rn") == 1) & (F.col("op") != "d")).select("table", "after.*").write.mode(
+        "overwrite").parquet(str(out))
+
+
+def rebuild(spark: SparkSession, landing: Landing, out: Path) -> dict:
+    """(c): the cdc-replay rebuild as the job runs it; return its metrics."""
+    return run_snapshot(spark, SnapshotSpec.from_args(
+        source_format=landing.source_format, inputs=[str(landing.root)], as_of=landing.expected["as_of"],
+        output=str(out), key=landing.expected["key"]))
+
+
+def _duckdb_type(data_type: DataType) -> str:
+    if isinstance(data_type, StructType):
+        return "STRUCT(" + ", ".join(f'"{f.name}" {_duckdb_type(f.dataType)}' for f in data_type.fields) + ")"
+    simple = {StringType: "VARCHAR", LongType: "BIGINT", DoubleType: "DOUBLE", BooleanType: "BOOLEAN"}
+    return simple[type(data_type)]
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def duckdb_job(landing: Landing, schema: StructType, out: Path, threads: int = DUCKDB_THREADS) -> None:
+    """(d): the query of (b) in DuckDB (explicit columns, QUALIFY row_number()), COPY to Parquet."""
+    if landing.source_format not in WINDOW_FORMATS:
+        raise NotApplicable(f"written for {', '.join(WINDOW_FORMATS)} only")
+    try:
+        import duckdb
+    except ImportError:
+        raise NotApplicable("pip install '.[bench]'") from None
+
+    columns = "{" + ", ".join(f"{_sql_text(f.name)}: {_sql_text(_duckdb_type(f.dataType))}" for f in schema) + "}"
+    files = "[" + ", ".join(_sql_text(f) for f in landing.files) + "]"
+    out.mkdir(parents=True, exist_ok=True)
+    query = f"""
+        COPY (
+            SELECT "table", unnest(after)
+            FROM (
+                SELECT source.db || '.' || source."table" AS "table", op, after
+                FROM read_json({files}, format = 'newline_delimited', columns = {columns}, hive_partitioning = false)
+                WHERE source.ts_ms <= {int(landing.expected["as_of_ms"])}
+                QUALIFY row_number() OVER (
+                    PARTITION BY source.db, source."table", coalesce(after.id, before.id)
+                    ORDER BY source.file DESC, source.pos DESC, source."row" DESC) = 1
+            )
+            WHERE op <> 'd'
+        ) TO {_sql_text(str(out / "snapshot.parquet"))} (FORMAT parquet)
+    """
+    with duckdb.connect(config={"threads": threads}) as con:
+        con.execute(query)
+
+
+# ------------------------------------------------------------------ measuring
+
+
+class PeakMemory:
+    """Peaks, sampled in a background thread: the driver JVM's RSS and heap in use, and this process's RSS.
+
+    The driver JVM is the Py4J gateway, the ``java`` child of this Python process (in local mode the
+    executors run inside it too). Heap in use is ``totalMemory() - freeMemory()`` of its Runtime, so
+    it includes garbage not yet collected. Needs psutil (the bench extra) for the RSS figures.
+    """
+
+    def __init__(self, spark: SparkSession, interval: float = 0.1):
+        self.interval = interval
+        self.runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+        self.system = spark.sparkContext._jvm.java.lang.System
+        try:
+            import psutil
+        except ImportError:
+            self.me = self.jvm = None
+        else:
+            self.me = psutil.Process()
+            javas = [p for p in self.me.children(recursive=True) if p.name() == "java"]
+            self.jvm = javas[0] if javas else None
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        sample = {"jvm_heap_mib": (self.runtime.totalMemory() - self.runtime.freeMemory()) / MIB}
+        if self.jvm is not None:
+            sample["jvm_rss_mib"] = self.jvm.memory_info().rss / MIB
+        if self.me is not None:
+            sample["python_rss_mib"] = self.me.memory_info().rss / MIB
+        for k, v in sample.items():
+            self.peaks[k] = max(self.peaks.get(k, 0.0), v)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> "PeakMemory":
+        self.system.gc()  # every run starts from a collected heap
+        self.peaks, self._stop = {}, threading.Event()
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+
+@dataclass
+class Measurement:
+    label: str
+    runs: list[float] = field(default_factory=list)
+    peaks: dict[str, float] = field(default_factory=dict)  # the highest over the runs
+    rows: int | None = None  # rows written (b, c, d)
+    note: str = ""  # why n/a
+
+    @property
+    def seconds(self) -> float | None:
+        return min(self.runs) if self.runs else None
+
+
+def measure(label: str, spark: SparkSession, repeat: int, run: Callable[[], object],
+            prepare: Callable[[], object] = lambda: None) -> tuple[Measurement, object]:
+    """Time ``run()`` ``repeat`` times (``prepare()`` before each, untimed); return the figures and the last result."""
+    m, result = Measurement(label), None
+    for _ in range(repeat):
+        prepare()
+        memory = PeakMemory(spark)
+        try:
+            with memory:
+                start = time.perf_counter()
+                result = run()
+                m.runs.append(time.perf_counter() - start)
+        except NotApplicable as exc:
+            return Measurement(label, note=str(exc)), None
+        for k, v in memory.peaks.items():
+            m.peaks[k] = max(m.peaks.get(k, 0.0), v)
+    return m, result
+
+
+def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 2) -> dict:
+    """Measure (a)-(d) on ``landing``, writing to ``workdir/out-b``, ``out-c``, ``out-d``; return the report."""
+    schema = record_schema(spark, landing)
+    out = {name: workdir / f"out-{name}" for name in "bcd"}
+
+    def remover(name: str) -> Callable[[], None]:
+        return lambda: shutil.rmtree(out[name], ignore_errors=True)
+
+    a, records = measure(LABELS["a"], spark, repeat, lambda: full_parse(spark, landing, schema))
+    b, _ = measure(LABELS["b"], spark, repeat, lambda: window_job(spark, landing, schema, out["b"]), remover("b"))
+    c, metrics = measure(LABELS["c"], spark, repeat, lambda: rebuild(spark, landing, out["c"]), remover("c"))
+    d, _ = measure(LABELS["d"], spark, repeat, lambda: duckdb_job(landing, schema, out["d"]), remover("d"))
+    for m, name in ((b, "b"), (d, "d")):
+        if m.runs:
+            m.rows = spark.read.parquet(str(out[name])).count()
+    if c.runs:
+        c.rows = metrics["rows"]
+    measurements = {"a": a, "b": b, "c": c, "d": d}
+
+    expected = landing.expected
+    mismatches = [f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
+                  for m in (b, c, d) if m.rows is not None and m.rows != expected["rows"]]
+    if metrics is not None:
+        got = {t: info["rows"] for t, info in metrics["tables"].items()}
+        if got != expected["tables"]:
+            mismatches.append(f"{c.label}: rows per table {got}, the generator expects {expected['tables']}")
+        counted = {k: sum(info[k] for info in metrics["tables"].values()) for k in expected["as_of_counts"]}
+        if counted != expected["as_of_counts"]:
+            mismatches.append(f"{c.label}: counts {counted}, the generator expects {expected['as_of_counts']}")
+    if records is not None and records != expected["counts"]["records"]:
+        mismatches.append(f"{a.label}: {records} records, the generator wrote {expected['counts']['records']}")
+
+    def ratio(x: Measurement, y: Measurement) -> float | None:
+        return x.seconds / y.seconds if x.seconds and y.seconds else None
+
+    return {
+        "workload": expected["workload"],
+        "as_of": expected["as_of"],
+        "input": {"files": len(landing.files), "mib": round(landing.mib, 1), "records": expected["counts"]["records"],
+                  "events": landing.events},
+        "repeat": repeat,
+        "counts": "fastest run",
+        "measurements": {k: {**asdict(m), "seconds": m.seconds} for k, m in measurements.items()},
+        "ratios": {"c/a": ratio(c, a), "c/b": ratio(c, b), "c/d": ratio(c, d)},
+        "rebuild_events_per_s": landing.events / c.seconds if c.seconds else None,
+        "rows": {"expected": expected["rows"], **{k: m.rows for k, m in measurements.items() if k != "a"}},
+        "mismatches": mismatches,
+        "spark": {"version": spark.version, "master": spark.sparkContext.master},
+        "cpus": os.cpu_count(),
+    }
+
+
+# ------------------------------------------------------------------ printing
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def report_text(report: dict) -> str:
+    w, inp = report["workload"], report["input"]
+    lines = [
+        f"{w['source_format']}: {inp['events']:,} events ({inp['records']:,} records) over {w['keys']:,} keys, "
+        f"{w['tables']} table(s), {inp['files']} files, {inp['mib']:,.1f} MiB, layout {w['layout']}, AS OF {report['as_of']}",
+        f"Spark {report['spark']['version']} {report['spark']['master']}, {report['cpus']} CPUs; "
+        f"seconds: the fastest of {report['repeat']} run(s); memory: the peak over all runs",
+        "",
+        f"{'':28} {'seconds':>9} " + " ".join(f"{name:>15}" for name in MEMORY.values()) + "  rows",
+    ]
+    for m in report["measurements"].values():
+        if m["seconds"] is None:
+            lines.append(f"{m['label']:28} {'n/a':>9}  ({m['note']})")
+            continue
+        peaks = m["peaks"]
+        memory = " ".join(f"{_num(peaks.get(k), 0) + ' MiB':>15}" for k in MEMORY)
+        rows = "" if m["rows"] is None else f"{m['rows']:,}"
+        lines.append(f"{m['label']:28} {m['seconds']:9.2f} {memory}  {rows}")
+    r = report["ratios"]
+    lines += [
+        "",
+        f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   "
+        f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
+    ]
+    lines += [f"MISMATCH: {text}" for text in report["mismatches"]]
+    return "\n".join(lines)
+
+
+def compare_text(first: dict, second: dict) -> str:
+    """Two reports side by side: seconds, their ratio and peak memory per measurement, and a verdict.
+
+    Same format, more events (10M over 1M): the linearity target, (c) time ratio <= 1.1 x events
+    ratio. Different formats (dts-avro over debezium-json): (c) events/s ratio, target >= 1/3.
+    """
+    fmt1, fmt2 = first["workload"]["source_format"], second["workload"]["source_format"]
+    scale = second["input"]["events"] / first["input"]["events"]
+    lines = [f"{fmt1} {first['input']['events']:,} events -> {fmt2} {second['input']['events']:,} events", ""]
+    time_ratio = None
+    for k, m in second["measurements"].items():
+        f = first["measurements"][k]
+        ratio = m["seconds"] / f["seconds"] if m["seconds"] and f["seconds"] else None
+        time_ratio = ratio if k == "c" else time_ratio
+        memory = "   ".join(f"{MEMORY[key]} {_num(f['peaks'].get(key), 0)} -> {_num(m['peaks'].get(key), 0)} MiB"
+                           for key in ("jvm_rss_mib", "jvm_heap_mib"))
+        lines.append(f"{m['label']:28} {_num(f['seconds'])} s -> {_num(m['seconds'])} s = {_num(ratio)}x   {memory}")
+    lines.append("")
+    if fmt1 != fmt2:
+        rates = first["rebuild_events_per_s"], second["rebuild_events_per_s"]
+        share = rates[1] / rates[0] if all(rates) else None
+        verdict = "" if share is None else "MET" if share >= 1 / 3 else "MISSED"
+        lines.append(f"(c) events/s {_num(rates[0], 0)} -> {_num(rates[1], 0)} = {_num(share)} "
+                     f"(target for a Python-decoded format: >= 0.33 of a JSON format's) {verdict}")
+    elif scale != 1:
+        verdict = "" if time_ratio is None else "MET" if time_ratio <= 1.1 * scale else "MISSED"
+        lines.append(f"(c) time ratio {_num(time_ratio)}x for {scale:g}x the events "
+                     f"(target: <= {1.1 * scale:g}x, i.e. 10M <= 11x 1M) {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    add_workload_arguments(parser)
+    parser.add_argument("--workdir", type=Path, help="holds landed/ (generated unless it matches) and the outputs; "
+                        "default: a new temporary folder")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each measurement; the fastest counts")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST.json", "SECOND.json"),
+                        help="print two --json reports side by side (time ratios, memory, the targets) and exit")
+    args = parser.parse_args(argv)
+    if args.compare:
+        small, large = (json.loads(p.read_text()) for p in args.compare)
+        print(compare_text(small, large))
+        return 0
+    try:
+        workload = workload_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdc-bench-"))
+    landed = workdir / "landed"
+    expected = read_expected(landed)
+    if expected is None or expected["workload"] != asdict(workload):
+        print(f"writing {workload.events:,} {workload.source_format} events to {landed} ...", file=sys.stderr, flush=True)
+        expected = generate(workload, landed)
+        print(f"written in {expected['seconds']} s", file=sys.stderr)
+    else:
+        print(f"reusing {landed}", file=sys.stderr)
+
+    spark = build_session(master=args.master, extra_conf={"spark.ui.enabled": "false"})
+    try:
+        report = run_all(spark, Landing.open(landed), workdir, args.repeat)
+    finally:
+        spark.stop()
+    print(report_text(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 1 if report["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

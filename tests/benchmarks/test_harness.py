@@ -1,0 +1,123 @@
+"""The benchmark harness end to end at a tiny size: generator, runner, and the rows each job writes.
+
+Runs ``benchmarks.run.run_all`` in the test session's SparkSession (repeat 1) on two generated
+landings and checks exact rows, not timings: the rebuild's rows are the generator's history folded
+in Python, and the window job (b) and DuckDB (d) write the same rows as the rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.generate import Slots, Workload, generate, history
+from benchmarks.run import Landing, compare_text, report_text, run_all
+from tests.conftest import rows_of
+from tests.reliability.histories import DELETE
+
+DEBEZIUM = Workload(events=2_000, keys=200, files=4, late_share=0.2, layout="hive-hour", as_of_share=0.9)
+SHAREPLEX = Workload(source_format="shareplex-json", events=2_000, keys=200, files=3, partial_share=0.5)
+
+
+def folded(w: Workload) -> list[dict]:
+    """The rows at AS OF: the generator's history applied in position order, in plain Python."""
+    rows: dict[int, dict] = {}
+    for change, _ in history(w):
+        if change.position > w.as_of_position:
+            break
+        if change.op == DELETE:
+            del rows[change.key]
+        else:
+            rows[change.key] = {"id": change.key, "name": change.name, "qty": change.qty}
+    return sorted(rows.values(), key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def bench(spark, tmp_path_factory, w: Workload) -> tuple[Path, dict, dict]:
+    work = tmp_path_factory.mktemp(w.source_format)
+    expected = generate(w, work / "landed")
+    return work, expected, run_all(spark, Landing.open(work / "landed"), work, repeat=1)
+
+
+@pytest.fixture(scope="module")
+def debezium(spark, tmp_path_factory):
+    return bench(spark, tmp_path_factory, DEBEZIUM)
+
+
+def rebuilt_rows(spark, work: Path, expected: dict) -> list[dict]:
+    ((table, _),) = expected["tables"].items()
+    return rows_of(spark, work / "out-c" / table)
+
+
+def test_debezium_rebuild_is_the_folded_history(spark, debezium):
+    work, expected, report = debezium
+    assert report["mismatches"] == []
+    assert report["rows"] == {"expected": expected["rows"], "b": expected["rows"], "c": expected["rows"],
+                              "d": report["rows"]["d"]}
+    assert rebuilt_rows(spark, work, expected) == folded(DEBEZIUM)
+    assert 0 < expected["rows"] < DEBEZIUM.keys
+    assert report["measurements"]["a"]["seconds"] > 0 and report["ratios"]["c/a"] > 0
+
+
+def test_window_job_writes_the_rebuilds_rows(spark, debezium):
+    work, expected, _ = debezium
+    window = [{k: v for k, v in r.items() if k != "table"} for r in rows_of(spark, work / "out-b")]
+    assert window == rebuilt_rows(spark, work, expected)
+    assert {r["table"] for r in rows_of(spark, work / "out-b")} == set(expected["tables"])
+
+
+def test_duckdb_writes_the_rebuilds_rows(spark, debezium):
+    pytest.importorskip("duckdb")
+    work, expected, report = debezium
+    assert report["measurements"]["d"]["seconds"] > 0
+    duck = [{k: v for k, v in r.items() if k != "table"} for r in rows_of(spark, work / "out-d")]
+    assert duck == rebuilt_rows(spark, work, expected)
+
+
+def test_late_events_land_in_a_later_file(debezium):
+    """Every record sits in its event time's file, or (the late ones, counted) in a later one."""
+    work, expected, _ = debezium
+    slots = Slots(DEBEZIUM)
+    on_time = late = 0
+    files = sorted((work / "landed").rglob("part-*.json"))
+    # 2,000 events from 10:00:01 are one hour partition of four 15-minute files; late ones fill the fourth.
+    assert [f.relative_to(work / "landed").as_posix() for f in files] == [
+        f"dt=2024-09-02/hour=10/part-{i:05d}.json" for i in range(4)]
+    for path in files:
+        relative = path.relative_to(work / "landed").as_posix()
+        for line in path.read_text().splitlines():
+            slot = slots.slot(json.loads(line)["source"]["pos"])
+            if slots.path(slot) == relative:
+                on_time += 1
+            else:
+                assert relative > slots.path(slot), relative  # later: dt=/hour=/part- paths sort by time
+                late += 1
+    assert late == expected["counts"]["late"] > 0
+    assert on_time + late == DEBEZIUM.events
+
+
+def test_shareplex_partial_updates_rebuild_exactly(spark, tmp_path_factory):
+    work, expected, report = bench(spark, tmp_path_factory, SHAREPLEX)
+    assert report["mismatches"] == []
+    assert expected["counts"]["partial_updates"] > 0
+    assert rebuilt_rows(spark, work, expected) == folded(SHAREPLEX)
+    assert report["measurements"]["b"]["note"] == report["measurements"]["d"]["note"] == "written for debezium-json only"
+    assert report["measurements"]["a"]["seconds"] > 0 and report["rows"]["b"] is None
+
+
+def test_report_and_comparison_print(debezium):
+    _, _, report = debezium
+    text = report_text(report)
+    assert "(c) cdc-replay rebuild" in text and "MISMATCH" not in text
+    larger = json.loads(json.dumps(report))
+    larger["input"]["events"] *= 10
+    larger["measurements"]["c"]["seconds"] *= 12
+    assert "(c) time ratio 12.00x for 10x the events (target: <= 11x, i.e. 10M <= 11x 1M) MISSED" in compare_text(
+        report, larger)
+    larger["measurements"]["c"]["seconds"] = report["measurements"]["c"]["seconds"] * 10
+    assert compare_text(report, larger).endswith(" MET")
+    avro = json.loads(json.dumps(report))
+    avro["workload"]["source_format"] = "dts-avro"
+    avro["rebuild_events_per_s"] = report["rebuild_events_per_s"] / 4
+    assert compare_text(report, avro).endswith("= 0.25 (target for a Python-decoded format: >= 0.33 of a JSON format's) MISSED")

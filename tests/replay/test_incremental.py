@@ -1,0 +1,182 @@
+"""``--base``: an incremental rebuild gives exactly what a full rebuild gives, or says why it did not.
+
+Histories are generated per format (inserts, full and partial updates, deletes, unknown keys),
+landed in two folders as a sink would land two days, and rebuilt three ways: as of the end of day
+one with ``keep_state`` (the base), as of day two from that base, and as of day two from scratch.
+The two day-two snapshots must be identical: same columns, same types, same rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+from tests.conftest import assert_events_add_up, rows_of
+from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, _before_images
+
+AS_OF_1 = T0 + 30_500  # end of "day one": changes 1..30
+AS_OF_2 = T0 + 60_500  # changes 31..60 come after it; 61..66 are after both
+
+
+def history(rng: random.Random, encoder: Encoder, changes: int = 66, keys: int = 9) -> list[Change]:
+    out = []
+    for position in range(1, changes + 1):
+        op = rng.choice((INSERT, UPDATE, UPDATE, UPDATE, DELETE))
+        partial = encoder.partial_images and op == UPDATE and rng.random() < 0.6
+        out.append(Change(op, rng.randint(1, keys), rng.choice(("ann", "bob", "cy", None)), rng.randint(0, 99), position, partial))
+    return out
+
+
+def land_days(encoder: Encoder, root: Path, changes: list[Change], late: set[int] = frozenset()) -> Path:
+    """Day one holds changes up to AS_OF_1 (and the format's preamble), day two the rest.
+
+    ``late``: positions at or before AS_OF_1 that land on day two instead (late arrivals).
+    """
+    landing = root / "landing"
+    days: dict[str, list[str]] = {"day1": [line.text for line in encoder.preamble("t")], "day2": []}
+    for change, before in zip(changes, _before_images(changes)):
+        day = "day1" if change.ms <= AS_OF_1 and change.position not in late else "day2"
+        days[day].extend(line.text for line in encoder.write("t", change, before) if line.role != "blank")
+    for day, lines in days.items():
+        (landing / day).mkdir(parents=True, exist_ok=True)
+        (landing / day / "part-0.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return landing
+
+
+def snapshot(spark, fmt: str, landing: Path, output: Path, as_of: int, **options) -> tuple[dict, dict]:
+    spec = SnapshotSpec.from_args(
+        source_format=fmt, inputs=[str(landing)], as_of=as_of, output=str(output), key=list(ENCODERS[fmt].key), **options
+    )
+    metrics = run_snapshot(spark, spec)
+    tables = {
+        name: ([(f.name, f.dataType.simpleString()) for f in spark.read.parquet(info["path"]).schema], rows_of(spark, info["path"]))
+        for name, info in metrics["tables"].items()
+    }
+    return metrics, tables
+
+
+@pytest.mark.parametrize("fmt", sorted(ENCODERS))
+def test_incremental_rebuild_equals_the_full_rebuild(fmt, spark, tmp_path):
+    encoder = ENCODERS[fmt]
+    changes = history(random.Random(f"incremental {fmt}"), encoder)
+    landing = land_days(encoder, tmp_path, changes)
+
+    base, base_tables = snapshot(spark, fmt, landing, tmp_path / "day1", AS_OF_1, keep_state=True)
+    incremental, tables = snapshot(spark, fmt, landing, tmp_path / "day2", AS_OF_2, base=str(tmp_path / "day1"))
+    full, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert base["mode"] == "full" and (tmp_path / "day1" / "_cdc_state" / "state.json").exists()
+    assert incremental["mode"] == "incremental", incremental["incremental"]["reason"]
+    assert incremental["incremental"] == {
+        "base": str(tmp_path / "day1"), "base_as_of": "2024-09-02T10:00:30.500+00:00", "applied": True, "reason": None,
+    }
+    assert tables == full_tables
+    assert base_tables != full_tables  # the history does change between the two days
+    assert incremental["rows"] == full["rows"]
+    # Day one's file is not read again; day two's events are all this run reads.
+    assert incremental["files"]["skipped_because"] == {"already applied by the base": 1}
+    assert incremental["files"]["read"] == 1
+    # (DataHub TUPLE lands an update as two records; the first is ignored as a before image.)
+    assert incremental["events"]["read"] - incremental["events"]["ignored"] == sum(1 for c in changes if c.ms > AS_OF_1)
+    assert incremental["events"]["after_as_of"] == sum(1 for c in changes if c.ms > AS_OF_2)
+    assert_events_add_up(incremental)
+    (table,) = full["tables"]
+    assert incremental["tables"][table]["last_event_ms"] == full["tables"][table]["last_event_ms"]
+
+
+def test_a_chain_of_daily_runs_with_metadata_equals_the_full_rebuild(spark, tmp_path):
+    fmt = "debezium-json"
+    changes = history(random.Random("chain"), ENCODERS[fmt])
+    landing = land_days(ENCODERS[fmt], tmp_path, changes)
+    snapshot(spark, fmt, landing, tmp_path / "d1", AS_OF_1, keep_state=True, with_metadata=True)
+    middle, _ = snapshot(spark, fmt, landing, tmp_path / "d2", T0 + 45_500, base=str(tmp_path / "d1"), with_metadata=True)
+    last, tables = snapshot(spark, fmt, landing, tmp_path / "d3", AS_OF_2, base=str(tmp_path / "d2"), with_metadata=True)
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2, with_metadata=True)
+
+    assert (middle["mode"], last["mode"]) == ("incremental", "incremental")
+    # Day two's file is read by both later runs: it also held events after the middle run's AS OF.
+    assert last["files"]["read"] == 1 and last["events"]["ignored"] == sum(1 for c in changes if AS_OF_1 < c.ms <= T0 + 45_500)
+    assert last["ignored"] == {"applied by the base snapshot": last["events"]["ignored"]}
+    assert tables == full_tables
+    (columns, rows), = tables.values()
+    assert [c for c, _ in columns][-3:] == ["_cdc_op", "_cdc_event_ts", "_cdc_position"]
+
+
+@pytest.mark.parametrize("fmt", ["debezium-json", "shareplex-json"])
+def test_a_late_event_before_the_base_forces_a_full_rebuild(fmt, spark, tmp_path):
+    encoder = ENCODERS[fmt]
+    changes = history(random.Random(f"late {fmt}"), encoder)
+    late = next(c for c in changes if c.position > 20 and c.op == UPDATE)
+    landing = land_days(encoder, tmp_path, changes, late={late.position})
+    # The base is built before the late event arrived: without day two's file.
+    day2 = landing / "day2" / "part-0.json"
+    held_back = day2.read_text(encoding="utf-8")
+    day2.unlink()
+    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
+    day2.write_text(held_back, encoding="utf-8")
+
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert metrics["mode"] == "full"
+    assert metrics["incremental"]["applied"] is False
+    late_line = held_back.splitlines().index(late_text(encoder, changes, late)) + 1
+    assert metrics["incremental"]["reason"] == (
+        f"1 late event(s) at or before the base's AS OF in files it did not read "
+        f"(first: {day2.as_uri().replace('file:///', 'file:/')} line {late_line})"
+    )
+    assert metrics["files"]["read"] == 2
+    assert tables == full_tables
+
+
+def late_text(encoder: Encoder, changes: list[Change], change: Change) -> str:
+    before = _before_images(changes)[changes.index(change)]
+    (line,) = [x.text for x in encoder.write("t", change, before) if x.role == "change"]
+    return line
+
+
+def test_an_event_that_sorts_before_the_base_forces_a_full_rebuild(spark, tmp_path):
+    fmt = "debezium-json"
+    changes = history(random.Random("reordered"), ENCODERS[fmt])
+    landing = land_days(ENCODERS[fmt], tmp_path, changes)
+    day2 = landing / "day2" / "part-0.json"
+    lines = day2.read_text(encoding="utf-8").splitlines()
+    record = json.loads(lines[0])
+    record["source"]["pos"] = 3  # stamped after the base's AS OF, at a binlog position older than its last (30)
+    lines[0] = json.dumps(record)
+    day2.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert metrics["mode"] == "full"
+    assert metrics["incremental"]["reason"] == (
+        f"1 event(s) after the base's AS OF sort before its last applied log position "
+        f"(first: table db.t, {day2.as_uri().replace('file:///', 'file:/')} line 1)"
+    )
+    assert tables == full_tables
+
+
+def test_a_base_that_cannot_be_used_is_named_in_the_metrics(spark, tmp_path):
+    fmt = "debezium-json"
+    landing = land_days(ENCODERS[fmt], tmp_path, history(random.Random("unusable"), ENCODERS[fmt]))
+    snapshot(spark, fmt, landing, tmp_path / "plain", AS_OF_1)
+    snapshot(spark, fmt, landing, tmp_path / "kept", AS_OF_1, keep_state=True)
+
+    reasons = {
+        "no state": snapshot(spark, fmt, landing, tmp_path / "a", AS_OF_2, base=str(tmp_path / "plain"))[0],
+        "missing": snapshot(spark, fmt, landing, tmp_path / "b", AS_OF_2, base=str(tmp_path / "nothing-here"))[0],
+        "earlier": snapshot(spark, fmt, landing, tmp_path / "c", T0 + 10_000, base=str(tmp_path / "kept"))[0],
+    }
+    assert {k: (m["mode"], m["incremental"]["reason"]) for k, m in reasons.items()} == {
+        "no state": ("full", f"the base {tmp_path / 'plain'} has no _cdc_state/state.json (missing, or written without --keep-state)"),
+        "missing": ("full", f"the base {tmp_path / 'nothing-here'} has no _cdc_state/state.json (missing, or written without --keep-state)"),
+        "earlier": ("full", "AS OF 2024-09-02T10:00:10+00:00 is before the base's 2024-09-02T10:00:30.500+00:00"),
+    }
+    # Written with --base, each of them keeps its own state for the next run.
+    assert all((tmp_path / name / "_cdc_state" / "state.json").exists() for name in "abc")
