@@ -15,6 +15,9 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
     written as Parquet.
 (c) the ``cdc-replay`` rebuild (``run_snapshot``), its row count checked against the generator's.
 (d) DuckDB, 2 threads, running the query of (b) (debezium-json only).
+(e) an incremental rebuild (``--base``) when ``--incremental-share`` of the applied events are new:
+    a base is built (untimed, ``keep_state``) as of the instant that leaves that share after it,
+    then the rebuild to AS OF starts from it. Its target is e/c <= 0.25 for 1% new events.
 
 Each is run ``--repeat`` times; the fastest run counts. Peak memory is sampled during every run.
 """
@@ -52,6 +55,7 @@ LABELS = {
     "b": "(b) Spark window job",
     "c": "(c) cdc-replay rebuild",
     "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
+    "e": "(e) incremental rebuild",
 }
 MEMORY = {"jvm_rss_mib": "driver JVM RSS", "jvm_heap_mib": "JVM heap used", "python_rss_mib": "Python RSS"}
 
@@ -143,11 +147,19 @@ def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: P
         "overwrite").parquet(str(out))
 
 
-def rebuild(spark: SparkSession, landing: Landing, out: Path) -> dict:
+def rebuild(spark: SparkSession, landing: Landing, out: Path, as_of_ms: int | None = None, **options) -> dict:
     """(c): the cdc-replay rebuild as the job runs it; return its metrics."""
     return run_snapshot(spark, SnapshotSpec.from_args(
-        source_format=landing.source_format, inputs=[str(landing.root)], as_of=landing.expected["as_of"],
-        output=str(out), key=landing.expected["key"]))
+        source_format=landing.source_format, inputs=[str(landing.root)],
+        as_of=landing.expected["as_of_ms"] if as_of_ms is None else as_of_ms,
+        output=str(out), key=landing.expected["key"], **options))
+
+
+def base_as_of_ms(landing: Landing, new_share: float) -> int:
+    """The instant that leaves ``new_share`` of the events up to AS OF after it (one event per second)."""
+    as_of_ms = landing.expected["as_of_ms"]
+    first_ms = as_of_ms - landing.expected["workload"]["as_of_share"] * landing.events * 1000
+    return int(as_of_ms - new_share * (as_of_ms - first_ms))
 
 
 def _duckdb_type(data_type: DataType) -> str:
@@ -276,10 +288,10 @@ def measure(label: str, spark: SparkSession, repeat: int, run: Callable[[], obje
     return m, result
 
 
-def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 2) -> dict:
-    """Measure (a)-(d) on ``landing``, writing to ``workdir/out-b``, ``out-c``, ``out-d``; return the report."""
+def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 2, incremental_share: float = 0.0) -> dict:
+    """Measure (a)-(e) on ``landing``, writing to ``workdir/out-b`` ... ``out-e``; return the report."""
     schema = record_schema(spark, landing)
-    out = {name: workdir / f"out-{name}" for name in "bcd"}
+    out = {name: workdir / f"out-{name}" for name in "bcde"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
@@ -288,16 +300,28 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
     b, _ = measure(LABELS["b"], spark, repeat, lambda: window_job(spark, landing, schema, out["b"]), remover("b"))
     c, metrics = measure(LABELS["c"], spark, repeat, lambda: rebuild(spark, landing, out["c"]), remover("c"))
     d, _ = measure(LABELS["d"], spark, repeat, lambda: duckdb_job(landing, schema, out["d"]), remover("d"))
+    e, incremental = Measurement(LABELS["e"], note="--incremental-share 0"), None
+    if incremental_share > 0:
+        base = workdir / "out-e-base"
+        shutil.rmtree(base, ignore_errors=True)
+        rebuild(spark, landing, base, base_as_of_ms(landing, incremental_share), keep_state=True)
+        e, incremental = measure(LABELS["e"], spark, repeat, lambda: rebuild(spark, landing, out["e"], base=str(base)),
+                                 remover("e"))
+        e.rows = incremental["rows"]
+        e.note = (f"{incremental['mode']}, {incremental_share:.1%} new events: read {incremental['files']['read']} "
+                  f"file(s) ({incremental['files']['bytes'] / MIB:,.1f} MiB), skipped {incremental['files']['skipped']}")
     for m, name in ((b, "b"), (d, "d")):
         if m.runs:
             m.rows = spark.read.parquet(str(out[name])).count()
     if c.runs:
         c.rows = metrics["rows"]
-    measurements = {"a": a, "b": b, "c": c, "d": d}
+    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e}
 
     expected = landing.expected
     mismatches = [f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
-                  for m in (b, c, d) if m.rows is not None and m.rows != expected["rows"]]
+                  for m in (b, c, d, e) if m.rows is not None and m.rows != expected["rows"]]
+    if incremental is not None and incremental["mode"] != "incremental":
+        mismatches.append(f"{e.label}: fell back to a full rebuild: {incremental['incremental']['reason']}")
     if metrics is not None:
         got = {t: info["rows"] for t, info in metrics["tables"].items()}
         if got != expected["tables"]:
@@ -319,7 +343,7 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
         "repeat": repeat,
         "counts": "fastest run",
         "measurements": {k: {**asdict(m), "seconds": m.seconds} for k, m in measurements.items()},
-        "ratios": {"c/a": ratio(c, a), "c/b": ratio(c, b), "c/d": ratio(c, d)},
+        "ratios": {"c/a": ratio(c, a), "c/b": ratio(c, b), "c/d": ratio(c, d), "e/c": ratio(e, c)},
         "rebuild_events_per_s": landing.events / c.seconds if c.seconds else None,
         "rows": {"expected": expected["rows"], **{k: m.rows for k, m in measurements.items() if k != "a"}},
         "mismatches": mismatches,
@@ -352,11 +376,12 @@ def report_text(report: dict) -> str:
         peaks = m["peaks"]
         memory = " ".join(f"{_num(peaks.get(k), 0) + ' MiB':>15}" for k in MEMORY)
         rows = "" if m["rows"] is None else f"{m['rows']:,}"
-        lines.append(f"{m['label']:28} {m['seconds']:9.2f} {memory}  {rows}")
+        note = f"  ({m['note']})" if m["note"] else ""
+        lines.append(f"{m['label']:28} {m['seconds']:9.2f} {memory}  {rows}{note}")
     r = report["ratios"]
     lines += [
         "",
-        f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   "
+        f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   e/c {_num(r.get('e/c'))}   "
         f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
     ]
     lines += [f"MISMATCH: {text}" for text in report["mismatches"]]
@@ -402,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each measurement; the fastest counts")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--incremental-share", type=float, default=0.01,
+                        help="(e): share of the applied events after the base's AS OF (default 0.01; 0 skips it)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST.json", "SECOND.json"),
                         help="print two --json reports side by side (time ratios, memory, the targets) and exit")
     args = parser.parse_args(argv)
@@ -426,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_session(master=args.master, extra_conf={"spark.ui.enabled": "false"})
     try:
-        report = run_all(spark, Landing.open(landed), workdir, args.repeat)
+        report = run_all(spark, Landing.open(landed), workdir, args.repeat, args.incremental_share)
     finally:
         spark.stop()
     print(report_text(report))

@@ -2,16 +2,19 @@
 
 A typed Parquet snapshot cannot be folded further exactly: typing is lossy (a Debezium decimal's
 Base64 text, an epoch-number timestamp) and the key a row is grouped by is the text of its *raw*
-value. So a run asked to (``--keep-state``) also writes ``_cdc_state/``: every live row as the fold
-left it (raw image, key, last applied event) plus ``state.json`` with what typing and the next run
-need: the declared type signatures and dropped columns of each table, each table's last applied
-log position, and every landed file read with its size and newest event time.
+value. So a run asked to (``--keep-state``) also writes ``_cdc_state/``: every key the fold applied
+an event to, live or deleted, as the fold left it (raw image, key, last applied event and its
+position) plus ``state.json`` with what typing and the next run need: the declared type signatures
+and dropped columns of each table, and every landed file read with its size and newest event time.
 
-A run with ``--base`` then reads only files the base did not cover, starts each key from the
-base's row (placed before every event) and applies the events after the base's AS OF. It falls
-back to a full rebuild, and says why in the metrics, whenever that could differ from rebuilding
-from scratch: a late event (at or before the base's AS OF, in a file the base did not read), an
-event whose log position sorts before the base's last one, or a base made with other settings.
+A run with ``--base`` then reads only files the base did not cover and folds their events together
+with one row per key from the base, placed at the position of that key's last applied event. So a
+late event (at or before the base's AS OF, in a file the base did not read) or one whose log
+position sorts before the base's lands where a full rebuild would put it: after the base's row it
+applies, before it it is superseded, as it would be. The base's row holds only the result of its
+events, not each column's history; so it falls back to a full rebuild, and says why in the
+metrics, where that is not enough: a partial image (or a key change carrying one) older than the
+base's row of its key, a late DDL or truncate, or a base made with other settings.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ STATE_FILE = "state.json"
 ROWS_DIR = "rows"
 STATE_VERSION = 1
 IGNORED_IN_BASE = "applied by the base snapshot"  # an event the base already applied (re-read file)
-_EARLIEST_MS = -(2**63)  # base rows sort before every event: null log position, then this time
 
 
 @dataclass
@@ -44,7 +46,7 @@ class BaseState:
     as_of_ms: int
     keys: list[Any]
     tables_filter: list[str]
-    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # signatures, dropped, key_columns, last_log_pos
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # signatures, dropped, key_columns, last_event_ms
     files: dict[str, list[Any]] = field(default_factory=dict)  # path -> [size, newest event ms or None]
 
     @property
@@ -91,21 +93,20 @@ def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | 
 
 
 def base_rows_as_keyed(spark: SparkSession, state: BaseState, keyed: DataFrame) -> DataFrame:
-    """The base's live rows shaped like ``keyed_events`` output: one full-image reset per key.
+    """The base's rows shaped like ``keyed_events`` output: one full-image reset (or delete) per key.
 
-    Each is applied (it is the state at the base's AS OF), never counted as an event, and sorts
-    before every event (null log position, earliest time), so any later event of its key wins.
-    ``op``/``event_ms``/``log_pos``/``file``/``line`` are the row's last applied event, so
-    ``--with-metadata`` shows the same values as a full rebuild.
+    Each is applied (it is the state at the base's AS OF) and never counted as an event. It sits at
+    the position of the key's last applied event, and ``op``/``event_ms``/``log_pos``/``file``/
+    ``line`` are that event's, so ``--with-metadata`` shows what a full rebuild shows.
     """
     rows = spark.read.parquet(state.rows_uri)
     last = F.col("last")
     ordering = F.struct(
-        F.lit(None).cast("array<bigint>").alias("log_pos"),
-        F.lit(_EARLIEST_MS).cast("bigint").alias("event_ms"),
-        F.lit("").alias("file"),
-        F.lit(-1).cast("bigint").alias("file_pos"),
-        F.lit(0).alias("sub_pos"),
+        last["log_pos"].alias("log_pos"),
+        last["event_ms"].alias("event_ms"),
+        F.coalesce(last["file"], F.lit("")).alias("file"),  # never null; typed non-null like an event's
+        F.coalesce(last["file_pos"], F.lit(-1).cast("bigint")).alias("file_pos"),
+        F.coalesce(last["sub_pos"], F.lit(0)).alias("sub_pos"),
     )
     values = {
         "table": F.col("table"),
@@ -114,9 +115,10 @@ def base_rows_as_keyed(spark: SparkSession, state: BaseState, keyed: DataFrame) 
         "event_ms": last["event_ms"],
         "log_pos": last["log_pos"],
         "file": last["file"],
-        "file_pos": F.lit(-1).cast("bigint"),
+        "file_pos": last["file_pos"],
+        "sub_pos": last["sub_pos"],
         "line": last["line"],
-        "after": F.col("image"),
+        "after": F.when(F.col("exists"), F.col("image")),
         "partial": F.lit(False),
         "key_cols": F.col("key_names"),
         "_key_cols": F.col("key_names"),
@@ -140,12 +142,17 @@ def base_rows_as_keyed(spark: SparkSession, state: BaseState, keyed: DataFrame) 
 
 
 def state_rows(resolved: DataFrame) -> DataFrame:
-    """What ``_cdc_state/rows`` holds: the live rows, untyped, with their key and last event."""
-    return resolved.where((F.col("_tag") == TAG_ROW) & F.col("exists")).select(
-        "table", "_key", "image", "key_names",
+    """What ``_cdc_state/rows`` holds: every key an event was applied to, untyped, with its last event.
+
+    Deleted keys stay (``exists`` false, ``last`` the delete) so that a late event older than the
+    delete is superseded by it, as in a full rebuild.
+    """
+    last = F.col("last")
+    return resolved.where((F.col("_tag") == TAG_ROW) & last.isNotNull()).select(
+        "table", "_key", "exists", F.when(F.col("exists"), F.col("image")).alias("image"), "key_names",
         F.struct(
-            F.col("last.op").alias("op"), F.col("last.event_ms").alias("event_ms"), F.col("last.log_pos").alias("log_pos"),
-            F.col("last.file").alias("file"), F.col("last.line").alias("line"),
+            F.when(F.col("exists"), last["op"]).otherwise(F.lit(ev.OP_DELETE)).alias("op"),
+            *[last[name].alias(name) for name in ("event_ms", "log_pos", "file", "line", "file_pos", "sub_pos")],
         ).alias("last"),
     )
 
@@ -156,40 +163,44 @@ def file_horizons(events: DataFrame) -> dict[str, int | None]:
     return {r["file"]: r["m"] for r in rows}
 
 
-def fallback_reason(
-    events: DataFrame, state: BaseState, as_of_ms: int, covered_paths: set[str]
-) -> str | None:
-    """Why this run's events cannot simply be applied on top of the base (None when they can).
+def late_changes(events: DataFrame, state: BaseState, covered_paths: set[str], partial_images: bool) -> tuple[int, str | None]:
+    """``(late row changes, why a full rebuild is needed or None)`` for this run's decoded events.
 
     ``events`` are those decoded from files the base did not cover; ``covered_paths`` the files it
-    read before (re-read here because they also held later events).
+    read before (re-read because they also held later events). Late DDL and truncates (and, for
+    formats with partial images, any truncate) change rows the base's summary cannot replay.
     """
-    is_change = F.col("kind") == ev.KIND_CHANGE
-    is_ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
     event_ms = F.coalesce(F.col("event_ms"), F.lit(0))
     in_base_file = F.col("file").isin(list(covered_paths)) if covered_paths else F.lit(False)
-    late = (is_change | is_ddl) & ~in_base_file & (event_ms <= F.lit(state.as_of_ms))
-    positions = {t: info.get("last_log_pos") for t, info in state.tables.items() if info.get("last_log_pos")}
-    base_pos = F.lit(None).cast("array<bigint>")
-    for table, pos in positions.items():
-        base_pos = F.when(F.col("table") == table, F.lit(pos).cast("array<bigint>")).otherwise(base_pos)
-    new = is_change & (event_ms > F.lit(state.as_of_ms)) & (event_ms <= F.lit(as_of_ms))
-    before_base = new & base_pos.isNotNull() & (F.col("log_pos").isNull() | (F.col("log_pos") < base_pos))
+    late = ~in_base_file & (event_ms <= F.lit(state.as_of_ms))
+    is_change = F.col("kind") == ev.KIND_CHANGE
+    is_truncate = is_change & (F.col("op") == ev.OP_TRUNCATE)
+    is_ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
+    structural = (is_ddl & late) | (is_truncate & (late | F.lit(partial_images)))
     found = events.select(
-        F.count(F.when(late, 1)).alias("late"),
-        F.min_by(F.struct("file", "line", "file_pos"), F.when(late, F.col("file_pos"))).alias("first_late"),
-        F.count(F.when(before_base, 1)).alias("before"),
-        F.min_by(F.struct("table", "file", "line", "file_pos"), F.when(before_base, F.col("file_pos"))).alias("first_before"),
+        F.count(F.when(is_change & late & ~is_truncate, 1)).alias("late"),
+        F.count(F.when(structural, 1)).alias("structural"),
+        F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias("first"),
     ).first()
-    if found["late"]:
-        f = found["first_late"]
-        return (f"{found['late']} late event(s) at or before the base's AS OF in files it did not read "
-                f"(first: {f['file']} {_where(f)})")
-    if found["before"]:
-        f = found["first_before"]
-        return (f"{found['before']} event(s) after the base's AS OF sort before its last applied log position "
-                f"(first: table {f['table']}, {f['file']} {_where(f)})")
-    return None
+    if found["structural"]:
+        f = found["first"]
+        what = "truncate" if f["op"] == ev.OP_TRUNCATE else "DDL"
+        return found["late"], (f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
+                               f"(first: {what} in {f['file']} {_where(f)})")
+    return found["late"], None
+
+
+def unreplayable_partials(folded: DataFrame) -> int:
+    """Keys where a partial image (or a key change carrying one) sorts before the base's row.
+
+    The base's row is the merge of its events, not each column's history, so a partial image older
+    than it cannot be laid in between; only a full rebuild gets such a key right.
+    """
+    base_ord = F.col("base_ord")
+    older = F.exists("partials", lambda p: p["ord"] < base_ord) | F.exists(
+        "moves_out", lambda m: m["partial"] & (m["ord"] < base_ord)
+    )
+    return folded.where((F.col("_tag") == TAG_ROW) & base_ord.isNotNull() & older).count()
 
 
 def _where(record: Any) -> str:

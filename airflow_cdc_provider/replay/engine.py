@@ -203,11 +203,11 @@ def _keys_json(keys: KeyConfig) -> list:
     return [list(keys.default), sorted([name, list(cols)] for name, cols in keys.per_table)]
 
 
-def _read_input(spark: SparkSession, spec: SnapshotSpec, decode) -> _Input:
+def _read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: bool) -> _Input:
     """List, prune and decode the landed files; with ``--base``, only those the base did not cover.
 
-    Falls back to reading everything (a full rebuild) when the base cannot be used or this run's
-    events could not be applied on top of it; the ``incremental`` block says which happened and why.
+    Reads everything (a full rebuild) when the base cannot be used or this run's events could not
+    be folded onto it; the ``incremental`` block says which happened and why.
     """
     listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
     skipped = {SKIPPED_PARTITION: after_as_of}
@@ -221,7 +221,7 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode) -> _Input:
             checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered)) if fresh else (_no_events(spark), [])
         )
         reread = {f.path for f in fresh if state.reread(f)}
-        why_full = bs.fallback_reason(events, state, spec.as_of_ms, reread)
+        late, why_full = bs.late_changes(events, state, reread, partial_images)
         if why_full is None:
             horizons = bs.file_horizons(events) if spec.writes_state else {}
             applied_by_base = F.col("file").isin(list(reread)) & (F.coalesce(F.col("event_ms"), F.lit(0)) <= state.as_of_ms)
@@ -231,16 +231,22 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode) -> _Input:
                 "reason": F.when(applied_by_base, F.lit(bs.IGNORED_IN_BASE)).otherwise(F.col("reason")),
             }) if reread else events
             skipped[SKIPPED_IN_BASE] = covered
-            incremental = {"base": spec.base, "base_as_of": format_as_of(state.as_of_ms), "applied": True, "reason": None}
+            incremental = {"base": spec.base, "base_as_of": format_as_of(state.as_of_ms), "applied": True,
+                           "reason": None, "late_events": late}
             return _Input(marked, fresh, skipped, state, incremental, horizons)
         events.unpersist()
+    return _read_all(spark, spec, decode, listed, skipped, state, why_full)
+
+
+def _read_all(spark: SparkSession, spec: SnapshotSpec, decode, listed: list[LandedFile],
+              skipped: dict[str, list[LandedFile]], state: bs.BaseState | None, why_full: str | None) -> _Input:
     if why_full is not None:
         log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
     events, files = checkpoint_salvaging(spark, listed, decode)
     incremental = {"base": spec.base, "base_as_of": None if state is None else format_as_of(state.as_of_ms),
-                   "applied": False, "reason": why_full} if spec.base else None
+                   "applied": False, "reason": why_full, "late_events": None} if spec.base else None
     horizons = bs.file_horizons(events) if spec.writes_state else {}
-    return _Input(events, files, skipped, None, incremental, horizons)
+    return _Input(events, files, {SKIPPED_PARTITION: skipped[SKIPPED_PARTITION]}, None, incremental, horizons)
 
 
 def _no_events(spark: SparkSession) -> DataFrame:
@@ -262,16 +268,15 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
-    read = _read_input(spark, spec, decode)
-    _size_shuffles(spark, read.files)
-    events = _select_tables(read.events, spec.tables)
-    keyed = keyed_events(events, spec.keys, spec.as_of_ms)
-    if read.base is not None:
-        keyed = keyed.withColumn("_base", F.lit(False))
-        keyed = keyed.unionByName(bs.base_rows_as_keyed(spark, read.base, keyed))
-    folded = fold(keyed, keep_resets=decoder.partial_images)
-    if decoder.partial_images:
-        folded = folded.localCheckpoint(eager=True)
+    read = _read_input(spark, spec, decode, decoder.partial_images)
+    events, folded = _fold(spark, spec, read, decoder.partial_images)
+    if read.base is not None and decoder.partial_images and (older := bs.unreplayable_partials(folded)):
+        why = f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
+        folded.unpersist()
+        read.events.unpersist()
+        listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
+        read = _read_all(spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why)
+        events, folded = _fold(spark, spec, read, decoder.partial_images)
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
     resolved = resolve(folded, carry_moves=decoder.partial_images).localCheckpoint(eager=True)
     try:
@@ -279,6 +284,20 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     finally:
         resolved.unpersist()
         read.events.unpersist()
+
+
+def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input, partial_images: bool) -> tuple[DataFrame, DataFrame]:
+    """``(events, folded)``: the selected events and their fold, with the base's rows when there is one."""
+    _size_shuffles(spark, read.files)
+    events = _select_tables(read.events, spec.tables)
+    keyed = keyed_events(events, spec.keys, spec.as_of_ms)
+    if read.base is not None:
+        keyed = keyed.withColumn("_base", F.lit(False))
+        keyed = keyed.unionByName(bs.base_rows_as_keyed(spark, read.base, keyed))
+    folded = fold(keyed, keep_resets=partial_images)
+    if partial_images:
+        folded = folded.localCheckpoint(eager=True)
+    return events, folded
 
 
 # Bytes of landed input per shuffle partition (before AQE coalesces what turns out small).
@@ -310,7 +329,6 @@ def _group_counts(resolved: DataFrame) -> list:
             F.sum(c["deletes_unknown"]).alias("deletes_unknown"),
             F.sum(c["updates_unknown"]).alias("updates_unknown"),
             F.max("last_event_ms").alias("last_event_ms"),
-            F.max(F.when(F.col("_tag").isin(TAG_ROW, TAG_TRUNCATE), F.col("last.log_pos"))).alias("last_log_pos"),
         )
         .collect()
     )
@@ -384,14 +402,14 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
 
     metrics = build_metrics(spec, target, groups, table_paths, read, quarantine_count)
     if spec.writes_state:
-        _write_state(spec, target, read, groups, resolved, typing_inputs, key_columns, metrics)
+        _write_state(spec, target, read, resolved, typing_inputs, key_columns, metrics)
     target.write_metrics(metrics)
     target.commit()
     log.info("snapshot of %d table(s) as of %s written to %s", len(tables), metrics["as_of"], target.uri)
     return metrics
 
 
-def _write_state(spec: SnapshotSpec, target: OutputTarget, read: _Input, groups, resolved: DataFrame,
+def _write_state(spec: SnapshotSpec, target: OutputTarget, read: _Input, resolved: DataFrame,
                  typing_inputs: SchemaInputs, key_columns: dict[str, list[str]], metrics: dict) -> None:
     """``_cdc_state/``: what a later ``--base`` run starts from (see replay/base_state.py)."""
     bs.state_rows(resolved).write.mode("overwrite").parquet(target.staging_uri(bs.STATE_DIR, bs.ROWS_DIR))
@@ -399,18 +417,12 @@ def _write_state(spec: SnapshotSpec, target: OutputTarget, read: _Input, groups,
     files = dict(base.files) if base is not None else {}
     for landed in read.files:
         files[landed.path] = [landed.size, read.horizons.get(landed.path)]
-    positions: dict[str, list[int]] = {}
-    for g in groups:
-        if g["last_log_pos"] and g["table"]:
-            positions[g["table"]] = max(positions.get(g["table"], []), list(g["last_log_pos"]))
     tables = {}
     for table, entry in metrics["tables"].items():
-        earlier = base.tables.get(table, {}) if base is not None else {}
         tables[table] = {
             "signatures": sorted({tuple(map(tuple, sig)) for t, sig in typing_inputs.signatures if t == table}),
             "dropped": sorted(typing_inputs.dropped.get(table, ())),
             "key_columns": key_columns.get(table, []),
-            "last_log_pos": max(positions.get(table, []), earlier.get("last_log_pos") or []) or None,
             "last_event_ms": entry["last_event_ms"],
         }
     state = bs.BaseState(

@@ -170,7 +170,8 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
 
     ``keep_resets`` also keeps every resetting image, not only the latest (``resets``): formats with
     partial images need a row's state at the moment of a key change, which may lie before it.
-    Rows flagged ``_base`` (an incremental run's starting state) are applied but never counted.
+    Rows flagged ``_base`` (an incremental run's starting state) are applied but never counted;
+    ``base_ord`` is then the position of the base's row of each key.
     """
     applied = F.col("_applied")
     from_base = F.col("_base") if "_base" in keyed.columns else F.lit(False)
@@ -186,13 +187,17 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
         op_code = F.when(F.col("op") == op, F.lit(code)).otherwise(op_code)
     # The new-key half of a key-changing update: an update of a row that existed (under its old key).
     op_code = F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(op_code)
-    last_meta = F.struct(F.col("op"), F.col("event_ms"), F.col("log_pos"), F.col("file"), F.col("line"))
+    last_meta = F.struct(
+        F.col("op"), F.col("event_ms"), F.col("log_pos"), F.col("file"), F.col("line"), F.col("file_pos"), F.col("sub_pos")
+    )
     counted = applied & ~F.col("_moved_away") & ~from_base
     # A leading 64-bit hash makes the aggregation's sort (it falls back to sorting past a few
     # hundred keys per task) compare longs instead of table names and key arrays.
     group_hash = F.xxhash64("table", "_tag", "_key").alias("_group_hash")
     resetting = F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))
     all_resets = [F.collect_list(F.when(reset, resetting)).alias("resets")] if keep_resets else []
+    if "_base" in keyed.columns:
+        all_resets.append(F.max(F.when(from_base, ord_)).alias("base_ord"))
     return keyed.groupBy(group_hash, "table", "_tag", "_key").agg(
         *all_resets,
         F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),

@@ -34,15 +34,15 @@ def folded(w: Workload) -> list[dict]:
     return sorted(rows.values(), key=lambda r: json.dumps(r, sort_keys=True))
 
 
-def bench(spark, tmp_path_factory, w: Workload) -> tuple[Path, dict, dict]:
+def bench(spark, tmp_path_factory, w: Workload, incremental_share: float = 0.0) -> tuple[Path, dict, dict]:
     work = tmp_path_factory.mktemp(w.source_format)
     expected = generate(w, work / "landed")
-    return work, expected, run_all(spark, Landing.open(work / "landed"), work, repeat=1)
+    return work, expected, run_all(spark, Landing.open(work / "landed"), work, repeat=1, incremental_share=incremental_share)
 
 
 @pytest.fixture(scope="module")
 def debezium(spark, tmp_path_factory):
-    return bench(spark, tmp_path_factory, DEBEZIUM)
+    return bench(spark, tmp_path_factory, DEBEZIUM, incremental_share=0.3)
 
 
 def rebuilt_rows(spark, work: Path, expected: dict) -> list[dict]:
@@ -54,8 +54,11 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
     work, expected, report = debezium
     assert report["mismatches"] == []
     assert report["rows"] == {"expected": expected["rows"], "b": expected["rows"], "c": expected["rows"],
-                              "d": report["rows"]["d"]}
+                              "d": report["rows"]["d"], "e": expected["rows"]}
     assert rebuilt_rows(spark, work, expected) == folded(DEBEZIUM)
+    ((table, _),) = expected["tables"].items()
+    assert rows_of(spark, work / "out-e" / table) == folded(DEBEZIUM)  # (e) started from a base at 70%
+    assert report["measurements"]["e"]["note"].startswith("incremental, 30.0% new events: read ")
     assert 0 < expected["rows"] < DEBEZIUM.keys
     assert report["measurements"]["a"]["seconds"] > 0 and report["ratios"]["c/a"] > 0
 

@@ -73,6 +73,7 @@ def test_incremental_rebuild_equals_the_full_rebuild(fmt, spark, tmp_path):
     assert incremental["mode"] == "incremental", incremental["incremental"]["reason"]
     assert incremental["incremental"] == {
         "base": str(tmp_path / "day1"), "base_as_of": "2024-09-02T10:00:30.500+00:00", "applied": True, "reason": None,
+        "late_events": 0,
     }
     assert tables == full_tables
     assert base_tables != full_tables  # the history does change between the two days
@@ -106,59 +107,79 @@ def test_a_chain_of_daily_runs_with_metadata_equals_the_full_rebuild(spark, tmp_
     assert [c for c, _ in columns][-3:] == ["_cdc_op", "_cdc_event_ts", "_cdc_position"]
 
 
-@pytest.mark.parametrize("fmt", ["debezium-json", "shareplex-json"])
-def test_a_late_event_before_the_base_forces_a_full_rebuild(fmt, spark, tmp_path):
-    encoder = ENCODERS[fmt]
-    changes = history(random.Random(f"late {fmt}"), encoder)
-    late = next(c for c in changes if c.position > 20 and c.op == UPDATE)
-    landing = land_days(encoder, tmp_path, changes, late={late.position})
-    # The base is built before the late event arrived: without day two's file.
+def late_change(changes: list[Change], *, partial: bool, older_than_base_row: bool) -> Change:
+    """An update of day one whose key has (or has not) a later change on day one."""
+    for c in changes:
+        later_same_day = any(o.key == c.key and c.position < o.position and o.ms <= AS_OF_1 for o in changes)
+        if c.op == UPDATE and c.ms <= AS_OF_1 and c.partial == partial and later_same_day == older_than_base_row:
+            return c
+    raise AssertionError("the history has no such change")
+
+
+def base_without_day_two(spark, fmt: str, landing: Path, output: Path) -> None:
+    """The base as built before day two's file (and the late events in it) arrived."""
     day2 = landing / "day2" / "part-0.json"
     held_back = day2.read_text(encoding="utf-8")
     day2.unlink()
-    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
+    snapshot(spark, fmt, landing, output, AS_OF_1, keep_state=True)
     day2.write_text(held_back, encoding="utf-8")
+
+
+def test_late_and_reordered_events_are_folded_where_a_full_rebuild_puts_them(spark, tmp_path):
+    fmt = "debezium-json"
+    changes = history(random.Random(f"late {fmt}"), ENCODERS[fmt])
+    # Two updates of day one land on day two: one older than the base's row of its key (superseded
+    # by it), one newer (applied on top of it).
+    late = {late_change(changes, partial=False, older_than_base_row=older).position for older in (True, False)}
+    landing = land_days(ENCODERS[fmt], tmp_path, changes, late=late)
+    # And a day-two change stamped after the base's AS OF at a binlog position older than day one's last (30).
+    day2 = landing / "day2" / "part-0.json"
+    lines = day2.read_text(encoding="utf-8").splitlines()
+    first_new = next(i for i, line in enumerate(lines) if json.loads(line)["source"]["pos"] > 30)
+    record = json.loads(lines[first_new])
+    record["source"]["pos"] = 3
+    lines[first_new] = json.dumps(record)
+    day2.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    base_without_day_two(spark, fmt, landing, tmp_path / "base")
 
     metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
     _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
 
-    assert metrics["mode"] == "full"
-    assert metrics["incremental"]["applied"] is False
-    late_line = held_back.splitlines().index(late_text(encoder, changes, late)) + 1
-    assert metrics["incremental"]["reason"] == (
-        f"1 late event(s) at or before the base's AS OF in files it did not read "
-        f"(first: {day2.as_uri().replace('file:///', 'file:/')} line {late_line})"
-    )
-    assert metrics["files"]["read"] == 2
+    assert metrics["mode"] == "incremental", metrics["incremental"]["reason"]
+    assert metrics["incremental"]["late_events"] == 2
+    assert metrics["files"]["read"] == 1
     assert tables == full_tables
 
 
-def late_text(encoder: Encoder, changes: list[Change], change: Change) -> str:
-    before = _before_images(changes)[changes.index(change)]
-    (line,) = [x.text for x in encoder.write("t", change, before) if x.role == "change"]
-    return line
+def test_a_late_partial_image_newer_than_the_base_row_is_applied_on_top_of_it(spark, tmp_path):
+    fmt = "shareplex-json"
+    changes = history(random.Random(f"late {fmt}"), ENCODERS[fmt])
+    late = late_change(changes, partial=True, older_than_base_row=False)
+    landing = land_days(ENCODERS[fmt], tmp_path, changes, late={late.position})
+    base_without_day_two(spark, fmt, landing, tmp_path / "base")
 
-
-def test_an_event_that_sorts_before_the_base_forces_a_full_rebuild(spark, tmp_path):
-    fmt = "debezium-json"
-    changes = history(random.Random("reordered"), ENCODERS[fmt])
-    landing = land_days(ENCODERS[fmt], tmp_path, changes)
-    day2 = landing / "day2" / "part-0.json"
-    lines = day2.read_text(encoding="utf-8").splitlines()
-    record = json.loads(lines[0])
-    record["source"]["pos"] = 3  # stamped after the base's AS OF, at a binlog position older than its last (30)
-    lines[0] = json.dumps(record)
-    day2.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
     metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
     _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
 
-    assert metrics["mode"] == "full"
-    assert metrics["incremental"]["reason"] == (
-        f"1 event(s) after the base's AS OF sort before its last applied log position "
-        f"(first: table db.t, {day2.as_uri().replace('file:///', 'file:/')} line 1)"
+    assert (metrics["mode"], metrics["incremental"]["late_events"]) == ("incremental", 1)
+    assert tables == full_tables
+
+
+def test_a_late_partial_image_older_than_the_base_row_forces_a_full_rebuild(spark, tmp_path):
+    fmt = "shareplex-json"
+    changes = history(random.Random(f"late {fmt}"), ENCODERS[fmt])
+    late = late_change(changes, partial=True, older_than_base_row=True)
+    landing = land_days(ENCODERS[fmt], tmp_path, changes, late={late.position})
+    base_without_day_two(spark, fmt, landing, tmp_path / "base")
+
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert (metrics["mode"], metrics["incremental"]["applied"], metrics["incremental"]["reason"]) == (
+        "full", False, "1 key(s) have a partial image older than the base's row of the key (late or out of order)"
     )
+    assert metrics["files"] == {"read": 2, "bytes": sum(p.stat().st_size for p in landing.rglob("*.json")), "skipped": 0,
+                                "bytes_skipped": 0, "skipped_because": {}}
     assert tables == full_tables
 
 
