@@ -283,6 +283,7 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         return _write(spark, spec, target, read, events, resolved)
     finally:
         resolved.unpersist()
+        folded.unpersist()
         read.events.unpersist()
 
 

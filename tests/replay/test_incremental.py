@@ -151,29 +151,27 @@ def test_late_and_reordered_events_are_folded_where_a_full_rebuild_puts_them(spa
     assert tables == full_tables
 
 
-def test_a_late_partial_image_newer_than_the_base_row_is_applied_on_top_of_it(spark, tmp_path):
+def late_partial_update(spark, tmp_path: Path, *, older_than_base_row: bool) -> tuple[dict, dict, dict, Path]:
+    """A Shareplex partial update of day one landing on day two: (metrics, tables, full rebuild's tables, landing)."""
     fmt = "shareplex-json"
     changes = history(random.Random(f"late {fmt}"), ENCODERS[fmt])
-    late = late_change(changes, partial=True, older_than_base_row=False)
+    late = late_change(changes, partial=True, older_than_base_row=older_than_base_row)
     landing = land_days(ENCODERS[fmt], tmp_path, changes, late={late.position})
     base_without_day_two(spark, fmt, landing, tmp_path / "base")
-
     metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
     _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+    return metrics, tables, full_tables, landing
+
+
+def test_a_late_partial_image_newer_than_the_base_row_is_applied_on_top_of_it(spark, tmp_path):
+    metrics, tables, full_tables, _ = late_partial_update(spark, tmp_path, older_than_base_row=False)
 
     assert (metrics["mode"], metrics["incremental"]["late_events"]) == ("incremental", 1)
     assert tables == full_tables
 
 
 def test_a_late_partial_image_older_than_the_base_row_forces_a_full_rebuild(spark, tmp_path):
-    fmt = "shareplex-json"
-    changes = history(random.Random(f"late {fmt}"), ENCODERS[fmt])
-    late = late_change(changes, partial=True, older_than_base_row=True)
-    landing = land_days(ENCODERS[fmt], tmp_path, changes, late={late.position})
-    base_without_day_two(spark, fmt, landing, tmp_path / "base")
-
-    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
-    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+    metrics, tables, full_tables, landing = late_partial_update(spark, tmp_path, older_than_base_row=True)
 
     assert (metrics["mode"], metrics["incremental"]["applied"], metrics["incremental"]["reason"]) == (
         "full", False, "1 key(s) have a partial image older than the base's row of the key (late or out of order)"
