@@ -46,7 +46,7 @@ def _descendants(pid: int) -> list[Any]:
 
 
 def _stop_processes(processes: list[Any], grace_seconds: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL whatever is still running after ``grace_seconds``."""
+    """SIGTERM, then SIGKILL whatever is still running after ``grace_seconds``; wait for the end."""
     import psutil
 
     for process in processes:
@@ -60,6 +60,7 @@ def _stop_processes(processes: list[Any], grace_seconds: float = 5.0) -> None:
             process.kill()
         except psutil.Error:
             pass
+    psutil.wait_procs(alive, timeout=grace_seconds)  # a process in a blocking system call dies when it returns
 
 
 class CdcJobArgumentError(ValueError):

@@ -374,7 +374,8 @@ def running_submission() -> tuple[int, int] | None:
     table = processes()
     jvms = [pid for pid, (parent, cmd) in table.items() if parent == os.getpid() and "java" in cmd.split(" ")[0]]
     drivers = [pid for pid, (parent, cmd) in table.items() if parent in jvms and "spark_app.py" in cmd]
-    return (jvms[0], drivers[0]) if drivers else None
+    # The driver's own JVM: the test session's SparkSession JVM is a java child of this process too.
+    return (table[drivers[0]][0], drivers[0]) if drivers else None
 
 
 def test_on_kill_stops_the_running_submission(tmp_path, landed):
