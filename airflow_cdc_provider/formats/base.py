@@ -27,7 +27,7 @@ class DecodeOptions:
     table_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
     table: str | None = None
     binary_as_text: bool = False
-    context_files: tuple = ()
+    context_files: tuple[LandedFile, ...] = ()
 
 
 class Decoder(ABC):

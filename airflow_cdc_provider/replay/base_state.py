@@ -186,7 +186,7 @@ def late_changes(events: DataFrame, state: BaseState, covered_paths: set[str], p
         f = found["first"]
         what = "truncate" if f["op"] == ev.OP_TRUNCATE else "DDL"
         return found["late"], (f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
-                               f"(first: {what} in {f['file']} {_where(f)})")
+                               f"(first: {what} in {ev.position_text(f['file'], f['line'], f['file_pos'])})")
     return found["late"], None
 
 
@@ -202,6 +202,3 @@ def unreplayable_partials(folded: DataFrame) -> int:
     )
     return folded.where((F.col("_tag") == TAG_ROW) & base_ord.isNotNull() & older).count()
 
-
-def _where(record: Any) -> str:
-    return f"line {record['line']}" if record["line"] is not None else f"record at file position {record['file_pos']}"

@@ -145,13 +145,6 @@ def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
     })
 
 
-def _position_text(file: str, line: int | None, file_pos: int, sub_pos: int | None) -> str:
-    where = f"line {line}" if line is not None else f"record at file position {file_pos}"
-    if sub_pos:
-        where += f", row {sub_pos}"
-    return f"{file} {where}"
-
-
 def _metadata_columns(last: F.Column) -> list[F.Column]:
     position = F.when(
         F.size(last["log_pos"]) > 0, F.array_join(F.transform(last["log_pos"], lambda p: p.cast("string")), ":")
@@ -215,8 +208,8 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images:
     if state is not None:
         why_full = _base_mismatch(spec, state)
     if state is not None and why_full is None:
-        fresh = [f for f in listed if not state.covers(f)]
         covered = [f for f in listed if state.covers(f)]
+        fresh = [f for f in listed if f not in covered]
         events, fresh = (
             checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered)) if fresh else (_no_events(spark), [])
         )
@@ -305,13 +298,21 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input, partial_images:
 _INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
 
 
+_MAX_SHUFFLE_PARTITIONS = 4000
+
+
+def shuffle_partitions(input_bytes: int, cores: int) -> int:
+    """One shuffle partition per 64 MiB of landed input, at least one per core, at most 4000."""
+    wanted = -(-input_bytes // _INPUT_BYTES_PER_SHUFFLE_PARTITION)
+    return max(cores, min(wanted, _MAX_SHUFFLE_PARTITIONS))
+
+
 def _size_shuffles(spark: SparkSession, files: list[LandedFile]) -> None:
     """Shuffle partitions sized to the input, not Spark's fixed 200 (unless the user chose a number)."""
     if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
         return
-    cores = spark.sparkContext.defaultParallelism
-    wanted = -(-sum(f.size for f in files) // _INPUT_BYTES_PER_SHUFFLE_PARTITION)
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(cores, min(wanted, 4000))))
+    count = shuffle_partitions(sum(f.size for f in files), spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(count))
 
 
 def _group_counts(resolved: DataFrame) -> list:
@@ -347,7 +348,7 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
     if spec.on_error == "fail" and any(g["_tag"] == TAG_QUARANTINED for g in groups):
         first = quarantined.select("first.*").orderBy("file", "file_pos", "sub_pos").first()
         raise QuarantineError(
-            f"cannot decode {_position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
+            f"cannot decode {ev.position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
             f"{first['reason']} (--on-error fail; rerun with --on-error quarantine to set such records aside)"
         )
 

@@ -91,6 +91,14 @@ CANONICAL_EVENT_SCHEMA = StructType(
 CANONICAL_COLUMNS = tuple(f.name for f in CANONICAL_EVENT_SCHEMA.fields)
 
 
+def position_text(file: str, line: int | None, file_pos: int, sub_pos: int | None = None) -> str:
+    """Where a record is, as errors and reasons name it: ``FILE line N`` or ``FILE record at file position P``."""
+    where = f"line {line}" if line is not None else f"record at file position {file_pos}"
+    if sub_pos:
+        where += f", row {sub_pos}"
+    return f"{file} {where}"
+
+
 def canonical(**columns: Column) -> list[Column]:
     """Select list in canonical order; columns not given are typed nulls.
 

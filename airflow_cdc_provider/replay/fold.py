@@ -195,11 +195,11 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
     # hundred keys per task) compare longs instead of table names and key arrays.
     group_hash = F.xxhash64("table", "_tag", "_key").alias("_group_hash")
     resetting = F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))
-    all_resets = [F.collect_list(F.when(reset, resetting)).alias("resets")] if keep_resets else []
+    optional = [F.collect_list(F.when(reset, resetting)).alias("resets")] if keep_resets else []
     if "_base" in keyed.columns:
-        all_resets.append(F.max(F.when(from_base, ord_)).alias("base_ord"))
+        optional.append(F.max(F.when(from_base, ord_)).alias("base_ord"))
     return keyed.groupBy(group_hash, "table", "_tag", "_key").agg(
-        *all_resets,
+        *optional,
         F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),
         F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
         F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),

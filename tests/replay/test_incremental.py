@@ -181,6 +181,27 @@ def test_a_late_partial_image_older_than_the_base_row_forces_a_full_rebuild(spar
     assert tables == full_tables
 
 
+def test_a_late_truncate_forces_a_full_rebuild(spark, tmp_path):
+    fmt = "debezium-json"
+    landing = land_days(ENCODERS[fmt], tmp_path, history(random.Random("late truncate"), ENCODERS[fmt]))
+    day2 = landing / "day2" / "part-0.json"
+    truncate = {"op": "t", "ts_ms": AS_OF_1 - 1_000, "before": None, "after": None,
+                "source": {"db": "db", "table": "t", "ts_ms": AS_OF_1 - 1_000, "file": "mysql-bin.000003", "pos": 29, "row": 1}}
+    with day2.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(truncate) + "\n")
+    base_without_day_two(spark, fmt, landing, tmp_path / "base")
+
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    line = len(day2.read_text(encoding="utf-8").splitlines())
+    assert (metrics["mode"], metrics["incremental"]["reason"]) == (
+        "full", f"1 DDL or truncate event(s) the base's rows cannot replay (first: truncate in {day2.as_uri().replace('file:///', 'file:/')} line {line})"
+    )
+    assert metrics["tables"]["db.t"]["truncates"] == 1
+    assert tables == full_tables
+
+
 def test_a_base_that_cannot_be_used_is_named_in_the_metrics(spark, tmp_path):
     fmt = "debezium-json"
     landing = land_days(ENCODERS[fmt], tmp_path, history(random.Random("unusable"), ENCODERS[fmt]))
