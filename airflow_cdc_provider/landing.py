@@ -18,7 +18,7 @@ rest. Bytes that are not UTF-8 are flagged ``not_utf8`` per line, before anythin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -87,21 +87,35 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
             raise LandingError(f"input path does not exist or matches nothing: {raw}")
         for status in statuses:
             if status.isDirectory():
-                root = status.getPath().toString().rstrip("/") + "/"
-                it = fs.listFiles(status.getPath(), True)
-                while it.hasNext():
-                    st = it.next()
-                    uri = st.getPath().toString()
-                    relative = uri[len(root):] if uri.startswith(root) else st.getPath().getName()
-                    if any(is_hidden(part) for part in relative.split("/")):
-                        continue
-                    found[uri] = LandedFile(uri, st.getLen(), st.getModificationTime(), relative=relative)
+                for landed in _walk_directory(fs, status.getPath()):
+                    found[landed.path] = landed
             elif not is_hidden(status.getPath().getName()):
                 uri = status.getPath().toString()
                 found[uri] = LandedFile(uri, status.getLen(), status.getModificationTime(), relative=status.getPath().getName())
     if not found:
         raise LandingError(f"no data files under {', '.join(inputs)} (names starting with _ or . are skipped)")
     return [found[k] for k in sorted(found)]
+
+
+def _walk_directory(fs, top) -> Iterator[LandedFile]:
+    """Data files below ``top``, skipping hidden files and folders (``_``/``.`` names).
+
+    One ``listStatus`` per folder: ``listFiles(recursive)`` also looks up every file's block
+    locations, which costs about 10 ms a file on a local disk (2.5 s for 280 hourly files).
+    """
+    root = top.toString().rstrip("/") + "/"
+    folders = [top]
+    while folders:
+        for status in fs.listStatus(folders.pop()):
+            path = status.getPath()
+            if is_hidden(path.getName()):
+                continue
+            if status.isDirectory():
+                folders.append(path)
+                continue
+            uri = path.toString()
+            relative = uri[len(root):] if uri.startswith(root) else path.getName()
+            yield LandedFile(uri, status.getLen(), status.getModificationTime(), relative=relative)
 
 
 def _strip_bom(text: Column) -> Column:
