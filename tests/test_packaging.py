@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import subprocess
 import sys
 from importlib.metadata import entry_points

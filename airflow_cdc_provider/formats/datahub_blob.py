@@ -36,7 +36,6 @@ from airflow_cdc_provider.replay.events import (
     IGNORED_HEARTBEAT,
     IGNORED_TOMBSTONE,
     IGNORED_TRANSACTION,
-    IMAGE_TYPE,
     KIND_CHANGE,
     KIND_IGNORED,
     KIND_QUARANTINED,

@@ -30,6 +30,7 @@ from airflow_cdc_provider.replay.fold import (
     fold,
     keyed_events,
     lacks_key,
+    ordering,
 )
 from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
@@ -296,8 +297,6 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input, partial_images:
 
 # Bytes of landed input per shuffle partition (before AQE coalesces what turns out small).
 _INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
-
-
 _MAX_SHUFFLE_PARTITIONS = 4000
 
 
@@ -357,8 +356,6 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
 
     def first_seen(table: str, col: str, spark_type: str) -> tuple:
         """(position, file, type) of the first event declaring ``col`` as ``spark_type`` (error path only)."""
-        from airflow_cdc_provider.replay.fold import ordering
-
         hit = (
             events.where((F.col("table") == table) & (F.col("types")[col] == spark_type))
             .select(F.min_by(F.struct(ordering(events).alias("o"), F.col("file").alias("f")), ordering(events)).alias("m"))
@@ -379,7 +376,6 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
     key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(resolved)
     schemas = table_schemas(resolved, tables, first_seen, key_columns, typing_inputs)
     table_paths: dict[str, str] = {}
-    rows_per_table: dict[str, int] = {}
     for table in tables:
         columns = schemas[table].columns
         image = F.col("image")
