@@ -8,7 +8,8 @@ position) plus ``state.json`` with what typing and the next run need: the declar
 and dropped columns of each table, and every landed file read with its size and newest event time.
 
 A run with ``--base`` then reads only files the base did not cover and folds their events together
-with one row per key from the base, placed at the position of that key's last applied event. So a
+with the base's row of each key they touch, placed at the position of that key's last applied
+event; rows of untouched keys are carried over unchanged (``split_base_rows``). So a
 late event (at or before the base's AS OF, in a file the base did not read) or one whose log
 position sorts before the base's lands where a full rebuild would put it: after the base's row it
 applies, before it it is superseded, as it would be. The base's row holds only the result of its
@@ -92,14 +93,28 @@ def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | 
     ), None
 
 
-def base_rows_as_keyed(spark: SparkSession, state: BaseState, keyed: DataFrame) -> DataFrame:
-    """The base's rows shaped like ``keyed_events`` output: one full-image reset (or delete) per key.
+def split_base_rows(spark: SparkSession, state: BaseState, keyed: DataFrame, whole_tables: list[str]) -> tuple[DataFrame, DataFrame]:
+    """``(rows to fold, rows to carry)``: the base's rows this run's events touch, and the others.
+
+    Only keys a new row change names (under its new or old key) can change, so only their base
+    rows are folded again; the rest pass through as they are (``carried_as_resolved``). A truncate
+    or DDL changes every row of its table, so such tables (``whole_tables``) are folded whole.
+    Keeps an incremental run's cost tied to what changed rather than to the size of the base.
+    """
+    rows = spark.read.parquet(state.rows_uri)
+    touched = keyed.where(F.col("_tag") == TAG_ROW).select("table", "_key").distinct().withColumn("_touched", F.lit(True))
+    marked = rows.join(touched, on=["table", "_key"], how="left")
+    refold = F.col("_touched").isNotNull() | F.col("table").isin(whole_tables)
+    return marked.where(refold).drop("_touched"), marked.where(~refold).drop("_touched")
+
+
+def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
+    """Base rows (``_cdc_state/rows``) shaped like ``keyed_events`` output: one full-image reset (or delete) per key.
 
     Each is applied (it is the state at the base's AS OF) and never counted as an event. It sits at
     the position of the key's last applied event, and ``op``/``event_ms``/``log_pos``/``file``/
     ``line`` are that event's, so ``--with-metadata`` shows what a full rebuild shows.
     """
-    rows = spark.read.parquet(state.rows_uri)
     last = F.col("last")
     ordering = F.struct(
         last["log_pos"].alias("log_pos"),
@@ -135,7 +150,28 @@ def base_rows_as_keyed(spark: SparkSession, state: BaseState, keyed: DataFrame) 
         "_moved_partially": F.lit(False),
         "_base": F.lit(True),
     }
-    schema = keyed.schema
+    return _shaped(rows, values, keyed.schema)
+
+
+def carried_as_resolved(rows: DataFrame, resolved: DataFrame) -> DataFrame:
+    """Base rows no new event touched, shaped like ``resolve`` output: unchanged, nothing counted."""
+    values = {
+        "table": F.col("table"),
+        "_tag": F.lit(TAG_ROW),
+        "_key": F.col("_key"),
+        "n": F.lit(0),
+        "after_as_of": F.lit(0),
+        "last": F.col("last"),
+        "last_event_ms": F.col("last.event_ms"),
+        "key_names": F.col("key_names"),
+        "exists": F.col("exists"),
+        "image": F.when(F.col("exists"), F.col("image")).otherwise(ev.empty_image()),
+    }
+    return _shaped(rows, values, resolved.schema)
+
+
+def _shaped(rows: DataFrame, values: dict, schema) -> DataFrame:
+    """``rows`` as ``schema``'s columns, in order: the given values, null for the rest."""
     return rows.select(*[
         (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
     ])
@@ -163,8 +199,17 @@ def file_horizons(events: DataFrame) -> dict[str, int | None]:
     return {r["file"]: r["m"] for r in rows}
 
 
-def late_changes(events: DataFrame, state: BaseState, covered_paths: set[str], partial_images: bool) -> tuple[int, str | None]:
-    """``(late row changes, why a full rebuild is needed or None)`` for this run's decoded events.
+@dataclass(frozen=True)
+class NewEvents:
+    """What an incremental run learns from its decoded events before folding them."""
+
+    late: int  # row changes at or before the base's AS OF, in files the base did not read
+    why_full: str | None  # why they cannot be folded onto the base (a full rebuild is needed)
+    whole_tables: list[str]  # tables with a truncate or DDL: every base row of theirs is folded again
+
+
+def scan_new_events(events: DataFrame, state: BaseState, covered_paths: set[str], partial_images: bool) -> NewEvents:
+    """One pass over this run's decoded events: late changes, unreplayable ones, tables changed whole.
 
     ``events`` are those decoded from files the base did not cover; ``covered_paths`` the files it
     read before (re-read because they also held later events). Late DDL and truncates (and, for
@@ -181,13 +226,16 @@ def late_changes(events: DataFrame, state: BaseState, covered_paths: set[str], p
         F.count(F.when(is_change & late & ~is_truncate, 1)).alias("late"),
         F.count(F.when(structural, 1)).alias("structural"),
         F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias("first"),
+        F.collect_set(F.when(is_ddl | is_truncate, F.col("table"))).alias("whole_tables"),
     ).first()
+    whole_tables = sorted(found["whole_tables"])
     if found["structural"]:
         f = found["first"]
         what = "truncate" if f["op"] == ev.OP_TRUNCATE else "DDL"
-        return found["late"], (f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
-                               f"(first: {what} in {ev.position_text(f['file'], f['line'], f['file_pos'])})")
-    return found["late"], None
+        why = (f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
+               f"(first: {what} in {ev.position_text(f['file'], f['line'], f['file_pos'])})")
+        return NewEvents(found["late"], why, whole_tables)
+    return NewEvents(found["late"], None, whole_tables)
 
 
 def unreplayable_partials(folded: DataFrame) -> int:

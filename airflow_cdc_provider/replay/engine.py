@@ -179,6 +179,7 @@ class _Input:
     base: bs.BaseState | None
     incremental: dict | None  # the metrics' "incremental" block when --base was given
     horizons: dict[str, int | None] = field(default_factory=dict)
+    whole_tables: list[str] = field(default_factory=list)  # tables whose base rows are all folded again
 
 
 def _base_mismatch(spec: SnapshotSpec, state: bs.BaseState) -> str | None:
@@ -215,7 +216,8 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images:
             checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered)) if fresh else (_no_events(spark), [])
         )
         reread = {f.path for f in fresh if state.reread(f)}
-        late, why_full = bs.late_changes(events, state, reread, partial_images)
+        scan = bs.scan_new_events(events, state, reread, partial_images)
+        why_full = scan.why_full
         if why_full is None:
             horizons = bs.file_horizons(events) if spec.writes_state else {}
             applied_by_base = F.col("file").isin(list(reread)) & (F.coalesce(F.col("event_ms"), F.lit(0)) <= state.as_of_ms)
@@ -226,8 +228,8 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images:
             }) if reread else events
             skipped[SKIPPED_IN_BASE] = covered
             incremental = {"base": spec.base, "base_as_of": format_as_of(state.as_of_ms), "applied": True,
-                           "reason": None, "late_events": late}
-            return _Input(marked, fresh, skipped, state, incremental, horizons)
+                           "reason": None, "late_events": scan.late}
+            return _Input(marked, fresh, skipped, state, incremental, horizons, scan.whole_tables)
         events.unpersist()
     return _read_all(spark, spec, decode, listed, skipped, state, why_full)
 
@@ -263,16 +265,19 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
     read = _read_input(spark, spec, decode, decoder.partial_images)
-    events, folded = _fold(spark, spec, read, decoder.partial_images)
+    events, folded, carried = _fold(spark, spec, read, decoder.partial_images)
     if read.base is not None and decoder.partial_images and (older := bs.unreplayable_partials(folded)):
         why = f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
         folded.unpersist()
         read.events.unpersist()
         listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
         read = _read_all(spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why)
-        events, folded = _fold(spark, spec, read, decoder.partial_images)
+        events, folded, carried = _fold(spark, spec, read, decoder.partial_images)
+    resolved = resolve(folded, carry_moves=decoder.partial_images)
+    if carried is not None:
+        resolved = resolved.unionByName(bs.carried_as_resolved(carried, resolved))
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
-    resolved = resolve(folded, carry_moves=decoder.partial_images).localCheckpoint(eager=True)
+    resolved = resolved.localCheckpoint(eager=True)
     try:
         return _write(spark, spec, target, read, events, resolved)
     finally:
@@ -281,18 +286,25 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         read.events.unpersist()
 
 
-def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input, partial_images: bool) -> tuple[DataFrame, DataFrame]:
-    """``(events, folded)``: the selected events and their fold, with the base's rows when there is one."""
+def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input,
+          partial_images: bool) -> tuple[DataFrame, DataFrame, DataFrame | None]:
+    """``(events, folded, carried)``: the selected events, their fold, and the base's untouched rows.
+
+    With a base, only the base rows of keys this run's events touch join the fold; the others
+    (``carried``) pass through unchanged.
+    """
     _size_shuffles(spark, read.files)
     events = _select_tables(read.events, spec.tables)
     keyed = keyed_events(events, spec.keys, spec.as_of_ms)
+    carried = None
     if read.base is not None:
         keyed = keyed.withColumn("_base", F.lit(False))
-        keyed = keyed.unionByName(bs.base_rows_as_keyed(spark, read.base, keyed))
+        touched, carried = bs.split_base_rows(spark, read.base, keyed, read.whole_tables)
+        keyed = keyed.unionByName(bs.base_rows_as_keyed(touched, keyed))
     folded = fold(keyed, keep_resets=partial_images)
     if partial_images:
         folded = folded.localCheckpoint(eager=True)
-    return events, folded
+    return events, folded, carried
 
 
 # Bytes of landed input per shuffle partition (before AQE coalesces what turns out small).

@@ -220,3 +220,100 @@ def test_a_base_that_cannot_be_used_is_named_in_the_metrics(spark, tmp_path):
     }
     # Written with --base, each of them keeps its own state for the next run.
     assert all((tmp_path / name / "_cdc_state" / "state.json").exists() for name in "abc")
+
+
+def land_two_tables(encoder: Encoder, root: Path, tables: dict[str, list[Change]]) -> Path:
+    """Like ``land_days``, for several tables: each change lands on the day its event time falls in."""
+    landing = root / "landing"
+    days: dict[str, list[str]] = {"day1": [], "day2": []}
+    for table, changes in tables.items():
+        for change, before in zip(changes, _before_images(changes)):
+            days["day1" if change.ms <= AS_OF_1 else "day2"].extend(line.text for line in encoder.write(table, change, before))
+    for day, lines in days.items():
+        (landing / day).mkdir(parents=True, exist_ok=True)
+        (landing / day / "part-0.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return landing
+
+
+def state_rows_of(spark, output: Path) -> list[dict]:
+    """``_cdc_state/rows`` as comparable dicts (images as JSON text)."""
+    from pyspark.sql import functions as F
+
+    rows = spark.read.parquet(str(output / "_cdc_state" / "rows")).withColumn("image", F.to_json("image"))
+    return sorted((r.asDict(recursive=True) for r in rows.collect()), key=lambda r: json.dumps(r, sort_keys=True))
+
+
+@pytest.mark.parametrize("fmt", ["debezium-json", "shareplex-json"])
+def test_base_rows_no_new_event_touches_are_carried_over_unchanged(fmt, spark, tmp_path):
+    encoder = ENCODERS[fmt]
+    rng = random.Random(f"carried {fmt}")
+    # Day two changes only keys 1-3 of t, and nothing of u: every other base row is carried over.
+    t = [c if c.ms <= AS_OF_1 else Change(c.op, c.key % 3 + 1, c.name, c.qty, c.position, c.partial)
+         for c in history(rng, encoder)]
+    u = [c for c in history(rng, encoder) if c.ms <= AS_OF_1]
+    landing = land_two_tables(encoder, tmp_path, {"t": t, "u": u})
+    end = T0 + 70_000
+
+    snapshot(spark, fmt, landing, tmp_path / "d1", AS_OF_1, keep_state=True, with_metadata=True)
+    d2, d2_tables = snapshot(spark, fmt, landing, tmp_path / "d2", AS_OF_2, base=str(tmp_path / "d1"), with_metadata=True)
+    full2, full2_tables = snapshot(spark, fmt, landing, tmp_path / "full2", AS_OF_2, keep_state=True, with_metadata=True)
+    d3, d3_tables = snapshot(spark, fmt, landing, tmp_path / "d3", end, base=str(tmp_path / "d2"), with_metadata=True)
+    _, full3_tables = snapshot(spark, fmt, landing, tmp_path / "full3", end, with_metadata=True)
+
+    assert (d2["mode"], d3["mode"]) == ("incremental", "incremental")
+    assert d2_tables == full2_tables and d3_tables == full3_tables
+    table_u = encoder.table("u")
+    assert d2["tables"][table_u]["events"]["read"] == 0
+    assert {name: info["rows"] for name, info in d2["tables"].items()} == {name: info["rows"] for name, info in full2["tables"].items()}
+    assert full2["tables"][table_u]["rows"] > 0
+    # What the next run starts from is the same too: the carried rows keep their last event.
+    assert state_rows_of(spark, tmp_path / "d2") == state_rows_of(spark, tmp_path / "full2")
+    assert_events_add_up(d2)
+
+
+def test_a_truncate_after_the_base_empties_rows_no_later_event_touches(spark, tmp_path):
+    fmt = "debezium-json"
+    changes = [c if c.ms <= AS_OF_1 else Change(c.op, c.key % 2 + 1, c.name, c.qty, c.position)
+               for c in history(random.Random("truncate after base"), ENCODERS[fmt])]
+    landing = land_days(ENCODERS[fmt], tmp_path, changes)
+    day2 = landing / "day2" / "part-0.json"
+    truncate = {"op": "t", "ts_ms": AS_OF_1 + 100, "before": None, "after": None,
+                "source": {"db": "db", "table": "t", "ts_ms": AS_OF_1 + 100, "file": "mysql-bin.000003", "pos": 30, "row": 1}}
+    day2.write_text(json.dumps(truncate) + "\n" + day2.read_text(encoding="utf-8"), encoding="utf-8")
+    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
+
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert metrics["mode"] == "incremental"
+    assert metrics["tables"]["db.t"]["truncates"] == 1
+    assert tables == full_tables
+    # Only keys 1 and 2 change after the truncate; every other row of day one is gone.
+    ((_, rows),) = tables.values()
+    assert {r["id"] for r in rows} <= {1, 2}
+
+
+def test_a_column_dropped_after_the_base_leaves_rows_no_later_event_touches(spark, tmp_path):
+    from tests.formats.test_canal import _ddl, msg
+
+    fmt = "canal-json"
+    types = {"id": "int(11)", "note": "varchar(20)"}
+    day1 = [msg("INSERT", [{"id": str(k), "note": f"n{k}"}], mysql=types, es=T0 + k * 1000, id_=k) for k in (1, 2, 3)]
+    day2 = [
+        _ddl("ALTER TABLE t DROP note", es=AS_OF_1 + 1000, id_=31),
+        msg("INSERT", [{"id": "4"}], mysql={"id": "int(11)"}, es=AS_OF_1 + 2000, id_=32),
+        _ddl("ALTER TABLE t ADD note VARCHAR(20)", es=AS_OF_1 + 3000, id_=33),
+    ]
+    landing = tmp_path / "landing"
+    for day, lines in (("day1", day1), ("day2", day2)):
+        (landing / day).mkdir(parents=True)
+        (landing / day / "part-0.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
+
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert metrics["mode"] == "incremental"
+    assert tables == full_tables
+    # The column added back starts empty: the values written before the drop stay dropped.
+    assert tables["db.t"][1] == [{"id": k, "note": None} for k in (1, 2, 3, 4)]
