@@ -317,3 +317,21 @@ def test_a_column_dropped_after_the_base_leaves_rows_no_later_event_touches(spar
     assert tables == full_tables
     # The column added back starts empty: the values written before the drop stay dropped.
     assert tables["db.t"][1] == [{"id": k, "note": None} for k in (1, 2, 3, 4)]
+
+
+def test_a_key_change_after_the_base_moves_a_row_no_other_event_touches(spark, tmp_path):
+    fmt = "debezium-json"
+    day1 = [Change(INSERT, k, f"n{k}", k, k) for k in range(1, 6)]
+    landing = land_days(ENCODERS[fmt], tmp_path, day1)
+    moved = {"op": "u", "ts_ms": AS_OF_1 + 2_000, "before": {"id": 5, "name": "n5", "qty": 5}, "after": {"id": 50, "name": "n5", "qty": 6},
+             "source": {"db": "db", "table": "t", "ts_ms": AS_OF_1 + 2_000, "file": "mysql-bin.000003", "pos": 40, "row": 0}}
+    (landing / "day2" / "part-0.json").write_text(json.dumps(moved) + "\n", encoding="utf-8")
+    snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
+
+    metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
+    _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
+
+    assert metrics["mode"] == "incremental"
+    assert tables == full_tables
+    assert tables["db.t"][1] == [{"id": k, "name": f"n{k}", "qty": k} for k in range(1, 5)] + [{"id": 50, "name": "n5", "qty": 6}]
+    assert (metrics["tables"]["db.t"]["updates"], metrics["rows"]) == (1, 5)
