@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.landing import LandedFile
@@ -199,6 +199,12 @@ def file_horizons(events: DataFrame) -> dict[str, int | None]:
     return {r["file"]: r["m"] for r in rows}
 
 
+def applied_by_base(state: BaseState, reread_paths: set[str]) -> Column:
+    """Events the base applied: at or before its AS OF, in files it read (re-read for later events)."""
+    in_base_file = F.col("file").isin(list(reread_paths)) if reread_paths else F.lit(False)
+    return in_base_file & (F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(state.as_of_ms))
+
+
 @dataclass(frozen=True)
 class NewEvents:
     """What an incremental run learns from its decoded events before folding them."""
@@ -226,7 +232,7 @@ def scan_new_events(events: DataFrame, state: BaseState, covered_paths: set[str]
         F.count(F.when(is_change & late & ~is_truncate, 1)).alias("late"),
         F.count(F.when(structural, 1)).alias("structural"),
         F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias("first"),
-        F.collect_set(F.when(is_ddl | is_truncate, F.col("table"))).alias("whole_tables"),
+        F.collect_set(F.when((is_ddl | is_truncate) & ~applied_by_base(state, covered_paths), F.col("table"))).alias("whole_tables"),
     ).first()
     whole_tables = sorted(found["whole_tables"])
     if found["structural"]:

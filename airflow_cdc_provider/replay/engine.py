@@ -220,8 +220,7 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images:
         why_full = scan.why_full
         if why_full is None:
             horizons = bs.file_horizons(events) if spec.writes_state else {}
-            applied_by_base = F.col("file").isin(list(reread)) & (F.coalesce(F.col("event_ms"), F.lit(0)) <= state.as_of_ms)
-            applied_by_base = applied_by_base & F.col("kind").isin(ev.KIND_CHANGE, ev.KIND_IGNORED)
+            applied_by_base = bs.applied_by_base(state, reread) & F.col("kind").isin(ev.KIND_CHANGE, ev.KIND_IGNORED)
             marked = events.withColumns({
                 "kind": F.when(applied_by_base, F.lit(ev.KIND_IGNORED)).otherwise(F.col("kind")),
                 "reason": F.when(applied_by_base, F.lit(bs.IGNORED_IN_BASE)).otherwise(F.col("reason")),
