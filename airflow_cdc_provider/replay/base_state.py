@@ -199,10 +199,17 @@ def file_horizons(events: DataFrame) -> dict[str, int | None]:
     return {r["file"]: r["m"] for r in rows}
 
 
+def _in_files(paths: set[str]) -> Column:
+    return F.col("file").isin(list(paths)) if paths else F.lit(False)
+
+
+def _by_base_as_of(state: BaseState) -> Column:
+    return F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(state.as_of_ms)
+
+
 def applied_by_base(state: BaseState, reread_paths: set[str]) -> Column:
     """Events the base applied: at or before its AS OF, in files it read (re-read for later events)."""
-    in_base_file = F.col("file").isin(list(reread_paths)) if reread_paths else F.lit(False)
-    return in_base_file & (F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(state.as_of_ms))
+    return _in_files(reread_paths) & _by_base_as_of(state)
 
 
 @dataclass(frozen=True)
@@ -214,16 +221,14 @@ class NewEvents:
     whole_tables: list[str]  # tables with a truncate or DDL: every base row of theirs is folded again
 
 
-def scan_new_events(events: DataFrame, state: BaseState, covered_paths: set[str], partial_images: bool) -> NewEvents:
+def scan_new_events(events: DataFrame, state: BaseState, reread_paths: set[str], partial_images: bool) -> NewEvents:
     """One pass over this run's decoded events: late changes, unreplayable ones, tables changed whole.
 
-    ``events`` are those decoded from files the base did not cover; ``covered_paths`` the files it
+    ``events`` are those decoded from files the base did not cover; ``reread_paths`` the files it
     read before (re-read because they also held later events). Late DDL and truncates (and, for
     formats with partial images, any truncate) change rows the base's summary cannot replay.
     """
-    event_ms = F.coalesce(F.col("event_ms"), F.lit(0))
-    in_base_file = F.col("file").isin(list(covered_paths)) if covered_paths else F.lit(False)
-    late = ~in_base_file & (event_ms <= F.lit(state.as_of_ms))
+    late = ~_in_files(reread_paths) & _by_base_as_of(state)
     is_change = F.col("kind") == ev.KIND_CHANGE
     is_truncate = is_change & (F.col("op") == ev.OP_TRUNCATE)
     is_ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
@@ -232,7 +237,7 @@ def scan_new_events(events: DataFrame, state: BaseState, covered_paths: set[str]
         F.count(F.when(is_change & late & ~is_truncate, 1)).alias("late"),
         F.count(F.when(structural, 1)).alias("structural"),
         F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias("first"),
-        F.collect_set(F.when((is_ddl | is_truncate) & ~applied_by_base(state, covered_paths), F.col("table"))).alias("whole_tables"),
+        F.collect_set(F.when((is_ddl | is_truncate) & ~applied_by_base(state, reread_paths), F.col("table"))).alias("whole_tables"),
     ).first()
     whole_tables = sorted(found["whole_tables"])
     if found["structural"]:

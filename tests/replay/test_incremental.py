@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
 from tests.conftest import assert_events_add_up, rows_of
@@ -31,16 +32,25 @@ def history(rng: random.Random, encoder: Encoder, changes: int = 66, keys: int =
     return out
 
 
-def land_days(encoder: Encoder, root: Path, changes: list[Change], late: set[int] = frozenset()) -> Path:
+def land_days(encoder: Encoder, root: Path, changes: list[Change], late: set[int] = frozenset(),
+              others: dict[str, list[Change]] | None = None) -> Path:
     """Day one holds changes up to AS_OF_1 (and the format's preamble), day two the rest.
 
     ``late``: positions at or before AS_OF_1 that land on day two instead (late arrivals).
+    ``others``: changes of more tables (name -> changes), landed beside table ``t``'s.
     """
+    days: dict[str, list[str]] = {"day1": [], "day2": []}
+    for table, table_changes in {"t": changes, **(others or {})}.items():
+        days["day1"].extend(line.text for line in encoder.preamble(table))
+        for change, before in zip(table_changes, _before_images(table_changes)):
+            day = "day1" if change.ms <= AS_OF_1 and change.position not in late else "day2"
+            days[day].extend(line.text for line in encoder.write(table, change, before) if line.role != "blank")
+    return write_days(root, days)
+
+
+def write_days(root: Path, days: dict[str, list[str]]) -> Path:
+    """``root/landing/DAY/part-0.json`` holding each day's lines; returns the landing folder."""
     landing = root / "landing"
-    days: dict[str, list[str]] = {"day1": [line.text for line in encoder.preamble("t")], "day2": []}
-    for change, before in zip(changes, _before_images(changes)):
-        day = "day1" if change.ms <= AS_OF_1 and change.position not in late else "day2"
-        days[day].extend(line.text for line in encoder.write("t", change, before) if line.role != "blank")
     for day, lines in days.items():
         (landing / day).mkdir(parents=True, exist_ok=True)
         (landing / day / "part-0.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -222,23 +232,8 @@ def test_a_base_that_cannot_be_used_is_named_in_the_metrics(spark, tmp_path):
     assert all((tmp_path / name / "_cdc_state" / "state.json").exists() for name in "abc")
 
 
-def land_two_tables(encoder: Encoder, root: Path, tables: dict[str, list[Change]]) -> Path:
-    """Like ``land_days``, for several tables: each change lands on the day its event time falls in."""
-    landing = root / "landing"
-    days: dict[str, list[str]] = {"day1": [], "day2": []}
-    for table, changes in tables.items():
-        for change, before in zip(changes, _before_images(changes)):
-            days["day1" if change.ms <= AS_OF_1 else "day2"].extend(line.text for line in encoder.write(table, change, before))
-    for day, lines in days.items():
-        (landing / day).mkdir(parents=True, exist_ok=True)
-        (landing / day / "part-0.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return landing
-
-
 def state_rows_of(spark, output: Path) -> list[dict]:
     """``_cdc_state/rows`` as comparable dicts (images as JSON text)."""
-    from pyspark.sql import functions as F
-
     rows = spark.read.parquet(str(output / "_cdc_state" / "rows")).withColumn("image", F.to_json("image"))
     return sorted((r.asDict(recursive=True) for r in rows.collect()), key=lambda r: json.dumps(r, sort_keys=True))
 
@@ -251,7 +246,7 @@ def test_base_rows_no_new_event_touches_are_carried_over_unchanged(fmt, spark, t
     t = [c if c.ms <= AS_OF_1 else Change(c.op, c.key % 3 + 1, c.name, c.qty, c.position, c.partial)
          for c in history(rng, encoder)]
     u = [c for c in history(rng, encoder) if c.ms <= AS_OF_1]
-    landing = land_two_tables(encoder, tmp_path, {"t": t, "u": u})
+    landing = land_days(encoder, tmp_path, t, others={"u": u})
     end = T0 + 70_000
 
     snapshot(spark, fmt, landing, tmp_path / "d1", AS_OF_1, keep_state=True, with_metadata=True)
@@ -304,10 +299,7 @@ def test_a_column_dropped_after_the_base_leaves_rows_no_later_event_touches(spar
         msg("INSERT", [{"id": "4"}], mysql={"id": "int(11)"}, es=AS_OF_1 + 2000, id_=32),
         _ddl("ALTER TABLE t ADD note VARCHAR(20)", es=AS_OF_1 + 3000, id_=33),
     ]
-    landing = tmp_path / "landing"
-    for day, lines in (("day1", day1), ("day2", day2)):
-        (landing / day).mkdir(parents=True)
-        (landing / day / "part-0.json").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    landing = write_days(tmp_path, {"day1": day1, "day2": day2})
     snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
 
     metrics, tables = snapshot(spark, fmt, landing, tmp_path / "next", AS_OF_2, base=str(tmp_path / "base"))
