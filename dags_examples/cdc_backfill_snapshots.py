@@ -26,7 +26,7 @@ import pendulum
 from airflow.sdk import DAG, Param
 
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
-from airflow_cdc_provider.sample_landing import SAMPLE_LANDING
+from airflow_cdc_provider.sample_data import SAMPLE_LANDING
 from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 
 with DAG(

@@ -24,7 +24,7 @@ import pendulum
 from airflow.sdk import DAG, Asset, Param, task
 
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
-from airflow_cdc_provider.sample_landing import SAMPLE_LANDING
+from airflow_cdc_provider.sample_data import SAMPLE_LANDING
 from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 
 # Downstream DAGs can be scheduled on this; each event's extra holds the run's row counts.

@@ -21,7 +21,7 @@ import pendulum
 from airflow.sdk import DAG, Param, task
 
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
-from airflow_cdc_provider.sample_landing import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
+from airflow_cdc_provider.sample_data import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
 
 with DAG(
     dag_id="cdc_point_in_time_snapshot",

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from airflow_cdc_provider.sample_landing import SAMPLE_EXPECTED
+from airflow_cdc_provider.sample_data import SAMPLE_EXPECTED
 
 EXPECTED: dict[str, Any] = json.loads(SAMPLE_EXPECTED.read_text(encoding="utf-8"))
 TABLE_FIGURES = ("rows", "inserts", "updates", "deletes", "last_event_ms")

@@ -93,7 +93,7 @@ def test_paimon_schema_evolution_files_in_order(replay):
 
 
 def test_paimon_schema_evolution_bigint_to_string_stops_the_job(replay):
-    from airflow_cdc_provider.replay.typing import SchemaDriftError
+    from airflow_cdc_provider.replay.schemas import SchemaDriftError
 
     files = [PAIMON_DBZ / f"debezium-data-{i}.txt" for i in range(1, 6)]
     with pytest.raises(SchemaDriftError) as err:

@@ -12,7 +12,7 @@ import sys
 import pendulum
 
 from tests import airflow_env
-from airflow_cdc_provider.sample_landing import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
+from airflow_cdc_provider.sample_data import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
 from tests.sample_expectations import EXPECTED, assert_metrics_match, row_counts
 
 EXAMPLE_DAG_IDS = ["cdc_backfill_snapshots", "cdc_daily_snapshot", "cdc_point_in_time_snapshot"]

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_cdc_provider.landing import LandedFile
+from airflow_cdc_provider.formats.landed_files import LandedFile
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
-from airflow_cdc_provider.landing import LandedFile
-from airflow_cdc_provider.replay import events as ev
+from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats import events as ev
 
 RECORD_SCHEMA = StructType(
     [

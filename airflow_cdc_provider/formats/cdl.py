@@ -33,8 +33,8 @@ from airflow_cdc_provider.formats.kafka_connect import (
     convert_image,
     image_conversion_failed,
 )
-from airflow_cdc_provider.landing import LandedFile
-from airflow_cdc_provider.replay import events as ev
+from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats import events as ev
 
 _PROPERTY = StructType([StructField("name", StringType()), StructField("value", StringType())])
 # Scalars are read as text and converted with try_cast; images as variants, checked for being objects.

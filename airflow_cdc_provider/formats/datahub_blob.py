@@ -30,8 +30,8 @@ from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.datahub_tuple import IGNORED_UPDATE_BEFORE, attach_before_images
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
-from airflow_cdc_provider.landing import LandedFile
-from airflow_cdc_provider.replay.events import (
+from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
     IGNORED_TOMBSTONE,

@@ -19,8 +19,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from airflow_cdc_provider.landing import LandedFile, read_records
-from airflow_cdc_provider.replay.events import (
+from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
+from airflow_cdc_provider.formats.events import (
     Q_NOT_JSON,
     Q_NOT_OBJECT,
     Q_NOT_UTF8,

@@ -33,8 +33,8 @@ from pyspark.sql.types import StringType, StructField, StructType, VariantType
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
-from airflow_cdc_provider.landing import LandedFile, read_records
-from airflow_cdc_provider.replay import events as ev
+from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
+from airflow_cdc_provider.formats import events as ev
 
 
 def _strings(*names: str) -> StructType:

@@ -23,13 +23,14 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
-from airflow_cdc_provider.partition_pruning import PartitionPruning, parse_duration_ms
+from airflow_cdc_provider.contract.args import CdcJobArgumentError, _checked
+from airflow_cdc_provider.contract.as_of import normalise_as_of
+from airflow_cdc_provider.contract.partitions import PartitionPruning, parse_duration_ms
 
 METRICS_FILE = "_cdc_metrics.json"
 ON_ERROR_CHOICES = ("quarantine", "fail")
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of jobs/session.py
-_FORBIDDEN_CHARS = ("\n", "\r", "\x00")
 # Levels Spark's spark.log.level accepts (log4j's).
 LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 DEFAULT_DRIVER_LOG_LEVEL = "WARN"
@@ -63,10 +64,6 @@ def _stop_processes(processes: list[Any], grace_seconds: float = 5.0) -> None:
     psutil.wait_procs(alive, timeout=grace_seconds)  # a process in a blocking system call dies when it returns
 
 
-class CdcJobArgumentError(ValueError):
-    """An operator argument cannot be passed to the job safely or is not valid."""
-
-
 class SparkConnectionNotFoundError(AirflowNotFoundException):
     """The Spark connection is missing; without it the Spark provider would submit to YARN."""
 
@@ -80,21 +77,6 @@ def application_path() -> str:
     import airflow_cdc_provider.jobs as jobs_package
 
     return str(Path(jobs_package.__file__).resolve().parent / "spark_app.py")
-
-
-def _checked(name: str, value: Any) -> str:
-    """Return ``value`` as a job argument, refusing what could be read as an option or split a line."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise CdcJobArgumentError(f"{name} must be a string, got {type(value).__name__}: {value!r}")
-    if not value.strip():
-        raise CdcJobArgumentError(f"{name} must not be empty")
-    if value.startswith("-"):
-        raise CdcJobArgumentError(f"{name} must not start with '-' (it would be read as an option): {value!r}")
-    if any(ch in value for ch in _FORBIDDEN_CHARS):
-        raise CdcJobArgumentError(f"{name} must not contain line breaks or NUL characters: {value!r}")
-    return value
 
 
 def _as_list(name: str, value: str | os.PathLike | Iterable[str] | None) -> list[str]:
@@ -142,31 +124,6 @@ def normalise_log_level(level: str | None) -> str | None:
     if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
         raise CdcJobArgumentError(f"driver_log_level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
     return level.upper()
-
-
-def normalise_as_of(value: str | int | datetime) -> str:
-    """AS OF as the job takes it: ISO-8601 with a UTC offset, or epoch milliseconds."""
-    if isinstance(value, bool):
-        raise CdcJobArgumentError(f"as_of must be a timestamp, got {value!r}")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise CdcJobArgumentError(f"as_of must be timezone-aware, got naive datetime {value!r}")
-        return value.isoformat()
-    text = _checked("as_of", value).strip()
-    if text.isdigit():
-        return text
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise CdcJobArgumentError(
-            f"as_of must be ISO-8601 with an offset (2024-09-02T06:40:00+00:00 or ...Z) or epoch "
-            f"milliseconds, got {text!r}"
-        ) from None
-    if parsed.tzinfo is None:
-        raise CdcJobArgumentError(f"as_of must carry a UTC offset (e.g. {text}+00:00 or {text}Z), got {text!r}")
-    return text
 
 
 def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[str, str]:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
-from airflow_cdc_provider.as_of import resolve_as_of
-from airflow_cdc_provider.assets import asset_event_extra, asset_from_argument, snapshot_asset
+from airflow_cdc_provider.contract.as_of import resolve_as_of
+from airflow_cdc_provider.operators.assets import asset_event_extra, asset_from_argument, snapshot_asset
 from airflow_cdc_provider.hooks.cdc_replay import (
     DEFAULT_DRIVER_LOG_LEVEL,
     CdcReplayHook,
@@ -169,6 +169,6 @@ class CdcSnapshotOperator(BaseOperator):
         """Inputs, one output per table and its row count (called by the OpenLineage provider)."""
         if self._request is None or self._metrics is None:
             return None
-        from airflow_cdc_provider.lineage import snapshot_lineage
+        from airflow_cdc_provider.operators.lineage import snapshot_lineage
 
         return snapshot_lineage(self._request.input_paths, self._metrics)

@@ -15,10 +15,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.landing import LandedFile, checkpoint_salvaging, list_landed_files
-from airflow_cdc_provider.partition_pruning import DEFAULT_LATENESS, PartitionPruning, parse_duration_ms
+from airflow_cdc_provider.formats.landed_files import LandedFile, checkpoint_salvaging, list_landed_files
+from airflow_cdc_provider.contract.partitions import DEFAULT_LATENESS, PartitionPruning, parse_duration_ms
 from airflow_cdc_provider.replay import base_state as bs
-from airflow_cdc_provider.replay import events as ev
+from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.replay.fold import (
     TAG_IGNORED,
     TAG_NO_KEY,
@@ -34,8 +34,8 @@ from airflow_cdc_provider.replay.fold import (
 )
 from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
-from airflow_cdc_provider.replay.timeparse import format_as_of, parse_as_of
-from airflow_cdc_provider.replay.typing import SchemaInputs, key_columns_of, schema_inputs, table_schemas, typed_value
+from airflow_cdc_provider.contract.as_of import format_as_of, parse_as_of
+from airflow_cdc_provider.replay.schemas import SchemaInputs, key_columns_of, schema_inputs, table_schemas, typed_value
 
 log = logging.getLogger(__name__)
 

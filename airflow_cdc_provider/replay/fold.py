@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.replay import events as ev
+from airflow_cdc_provider.formats import events as ev
 
 # Group tags.
 TAG_ROW = "R"  # a keyed row change

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
 
-from airflow_cdc_provider.as_of import resolve_as_of_ms
-from airflow_cdc_provider.landing_coverage import (
+from airflow_cdc_provider.contract.as_of import resolve_as_of_ms
+from airflow_cdc_provider.landing.coverage import (
     DEFAULT_MARKER,
     STRATEGIES,
     Coverage,

@@ -10,8 +10,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_cdc_provider.landing_coverage import CoverageSpec, check_coverage
-from airflow_cdc_provider.landing_probe import LandingProbe
+from airflow_cdc_provider.landing.coverage import CoverageSpec, check_coverage
+from airflow_cdc_provider.landing.probe import LandingProbe
 
 
 class CdcLandedFilesTrigger(BaseTrigger):

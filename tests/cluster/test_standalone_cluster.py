@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests import airflow_env
-from airflow_cdc_provider.sample_landing import SAMPLE_LANDING
+from airflow_cdc_provider.sample_data import SAMPLE_LANDING
 from tests.cluster.conftest import StandaloneCluster
 from tests.sample_expectations import EXPECTED, assert_metrics_match
 

@@ -364,7 +364,7 @@ def test_schema_drift_column_added_later_and_widening(spark, replay, tmp_path):
 
 
 def test_type_change_that_loses_data_stops_the_job(replay, tmp_path):
-    from airflow_cdc_provider.replay.typing import SchemaDriftError
+    from airflow_cdc_provider.replay.schemas import SchemaDriftError
 
     first = write(tmp_path / "in" / "a.json", msg("INSERT", [{"id": "1", "name": "5"}], mysql={"id": "int", "name": "int"}) + "\n")
     write(tmp_path / "in" / "b.json",

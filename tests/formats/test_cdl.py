@@ -11,7 +11,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.landing import list_landed_files
+from airflow_cdc_provider.formats.landed_files import list_landed_files
 from tests.conftest import assert_events_add_up
 
 # Seed 001 (Huawei MRS CDL), "A sample in CDL JSON format", verbatim.

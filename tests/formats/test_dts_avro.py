@@ -38,9 +38,9 @@ from airflow_cdc_provider.formats.dts_avro import (  # noqa: E402
     parse_zone,
     read_message,
 )
-from airflow_cdc_provider.formats.dts_avro_schema import NAMESPACE, OPERATIONS, VALUE_TYPES, record_schema  # noqa: E402
-from airflow_cdc_provider.landing import list_landed_files  # noqa: E402
-from airflow_cdc_provider.replay.events import Q_BAD_AVRO  # noqa: E402
+from airflow_cdc_provider.formats.dts_avro.schema import NAMESPACE, OPERATIONS, VALUE_TYPES, record_schema  # noqa: E402
+from airflow_cdc_provider.formats.landed_files import list_landed_files  # noqa: E402
+from airflow_cdc_provider.formats.events import Q_BAD_AVRO  # noqa: E402
 
 from tests.conftest import assert_events_add_up  # noqa: E402
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
 from airflow_cdc_provider.formats.qlik import change_sequence_position, column_present
-from airflow_cdc_provider.landing import list_landed_files
+from airflow_cdc_provider.formats.landed_files import list_landed_files
 
 from tests.conftest import assert_events_add_up
 

@@ -18,7 +18,7 @@ import pendulum
 import pytest
 
 from tests import airflow_env
-from airflow_cdc_provider.as_of import resolve_as_of
+from airflow_cdc_provider.contract.as_of import resolve_as_of
 from airflow_cdc_provider.hooks.cdc_replay import (
     CdcJobArgumentError,
     CdcReplayHook,

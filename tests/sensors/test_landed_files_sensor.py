@@ -20,7 +20,7 @@ import pendulum
 import pytest
 
 from tests import airflow_env
-from airflow_cdc_provider.landing_coverage import CoverageSpec
+from airflow_cdc_provider.landing.coverage import CoverageSpec
 from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 from airflow_cdc_provider.triggers.landed_files import CdcLandedFilesTrigger
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airflow_cdc_provider.event_time import (
+from airflow_cdc_provider.landing.event_time import (
     EXTRACTORS,
     UnsupportedEventTimeFormatError,
     extractor_for,
@@ -57,7 +57,7 @@ def test_each_format_reads_its_event_time(source_format, record, expected):
 def test_dts_avro_reads_the_source_timestamp_of_a_base64_message():
     import fastavro
 
-    from airflow_cdc_provider.formats.dts_avro_schema import record_schema
+    from airflow_cdc_provider.formats.dts_avro.schema import record_schema
 
     schema = fastavro.parse_schema(record_schema(born_timestamp=True))
     record = {

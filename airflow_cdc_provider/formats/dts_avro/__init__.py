@@ -36,11 +36,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.dts_avro_schema import record_schema
+from airflow_cdc_provider.formats.dts_avro.schema import record_schema
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.values import failed_conversions, text_image
-from airflow_cdc_provider.landing import LandedFile
-from airflow_cdc_provider.replay.events import (
+from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
     IGNORED_TOMBSTONE,

@@ -11,9 +11,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_cdc_provider.landing_coverage import Coverage, CoverageSpec, CoverageSpecError, check_coverage
-from airflow_cdc_provider.partition_layout import PartitionLayoutError
-from airflow_cdc_provider.replay.timeparse import parse_as_of
+from airflow_cdc_provider.landing.coverage import Coverage, CoverageSpec, CoverageSpecError, check_coverage
+from airflow_cdc_provider.contract.partitions import PartitionLayoutError
+from airflow_cdc_provider.contract.as_of import parse_as_of
 
 T = 1725264000000  # 2024-09-02T08:00:00Z
 

@@ -174,7 +174,7 @@ def _dts_record_prefix_schema() -> Any:
     """The parsed common prefix of old and new DTS Records (the decoder's schema), parsed once."""
     import fastavro
 
-    from airflow_cdc_provider.formats.dts_avro_schema import record_schema
+    from airflow_cdc_provider.formats.dts_avro.schema import record_schema
 
     return fastavro.parse_schema(record_schema(born_timestamp=False))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SAMPLE_DATA_DIR = Path(__file__).resolve().parent / "sample_data"
+SAMPLE_DATA_DIR = Path(__file__).resolve().parent
 # Debezium JSON, hive-style dt=YYYY-MM-DD partitions; 2024-09-01 and 09-02 are finished (_SUCCESS).
 SAMPLE_LANDING = str(SAMPLE_DATA_DIR / "debezium")
 SAMPLE_EXPECTED = SAMPLE_DATA_DIR / "expected.json"

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_cdc_provider.event_time import extractor_for, newest_event_ms
-from airflow_cdc_provider.landing_probe import LandingProbe, ProbedFile
-from airflow_cdc_provider.partition_layout import PartitionLayout, detect_hive_layout
-from airflow_cdc_provider.replay.timeparse import format_as_of
+from airflow_cdc_provider.landing.event_time import extractor_for, newest_event_ms
+from airflow_cdc_provider.landing.probe import LandingProbe, ProbedFile
+from airflow_cdc_provider.contract.partitions import PartitionLayout
+from airflow_cdc_provider.landing.layout import detect_hive_layout, existing_partitions
+from airflow_cdc_provider.contract.as_of import format_as_of
 
 STRATEGIES = ("marker", "partition", "event_time")
 DEFAULT_MARKER = "_SUCCESS"
@@ -139,7 +140,7 @@ def check_marker(spec: CoverageSpec, probe: LandingProbe) -> Coverage:
     if probe.exists(f"{relative}/{spec.marker}"):
         return Coverage(True, waiting, f"{probe.display(f'{relative}/{spec.marker}')} exists")
     # The sink may spell the same partition differently (hour=5 for hour=05): look it up by start.
-    partitions = layout.partitions(probe)
+    partitions = existing_partitions(layout, probe)
     for other_start, other in partitions:
         if other_start == start and other != relative and probe.exists(f"{other}/{spec.marker}"):
             return Coverage(True, waiting, f"{probe.display(f'{other}/{spec.marker}')} exists")
@@ -156,7 +157,7 @@ def check_partition(spec: CoverageSpec, probe: LandingProbe) -> Coverage:
         )
     start = _covering_start(layout, spec.as_of_ms)
     waiting = f"a partition later than {layout.holding(start)} (which covers AS OF {spec.as_of}) under {probe.location}"
-    partitions = layout.partitions(probe)
+    partitions = existing_partitions(layout, probe)
     later = [relative for partition_start, relative in partitions if partition_start > start]
     if later:
         return Coverage(True, waiting, f"partition {later[0]} exists")
@@ -176,7 +177,7 @@ def _newest_files(spec: CoverageSpec, probe: LandingProbe) -> list[ProbedFile]:
     if layout is None:
         return newest_first(probe.files())[: spec.newest_files]
     chosen: list[ProbedFile] = []
-    for _start, relative in reversed(layout.partitions(probe)):
+    for _start, relative in reversed(existing_partitions(layout, probe)):
         chosen += newest_first(probe.files(relative))
         if len(chosen) >= spec.newest_files:
             break

@@ -26,8 +26,8 @@ from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.landing_probe import is_hidden
-from airflow_cdc_provider.replay.events import plan_barrier
+from airflow_cdc_provider.landing.probe import is_hidden
+from airflow_cdc_provider.formats.events import plan_barrier
 
 # Files up to this size are read whole (exact line numbers, multi-line documents).
 WHOLE_FILE_MAX_BYTES = 64 * 1024 * 1024

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider.landing import LandedFile
-from airflow_cdc_provider.partition_pruning import PartitionPruning, PartitionPruningError, parse_duration_ms
+from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.contract.partitions import PartitionPruning, PartitionPruningError, parse_duration_ms
 from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
 from tests.conftest import assert_events_add_up, rows_of
 
