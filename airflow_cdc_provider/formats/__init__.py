@@ -14,7 +14,7 @@ _REGISTRY: dict[str, str] = {
     "cdl-json": "airflow_cdc_provider.formats.cdl:CdlJsonDecoder",
     "canal-json": "airflow_cdc_provider.formats.canal:CanalJsonDecoder",
     "shareplex-json": "airflow_cdc_provider.formats.shareplex:ShareplexJsonDecoder",
-    "dts-avro": "airflow_cdc_provider.formats.dts_avro:DtsAvroDecoder",
+    "dts-avro": "airflow_cdc_provider.formats.dts_avro.decoder:DtsAvroDecoder",
     "datahub-tuple": "airflow_cdc_provider.formats.datahub_tuple:DatahubTupleDecoder",
     "datahub-blob": "airflow_cdc_provider.formats.datahub_blob:DatahubBlobDecoder",
     "qlik-json": "airflow_cdc_provider.formats.qlik:QlikJsonDecoder",

@@ -27,7 +27,8 @@ from pyspark.sql.types import DataType, MapType, StringType, StructField, Struct
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.landed_files import COMPRESSED_SUFFIXES, LandedFile, read_records
+from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
+from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
 from airflow_cdc_provider.formats.events import (
     IGNORED_UPDATE_BEFORE,
     IGNORED_TOMBSTONE,

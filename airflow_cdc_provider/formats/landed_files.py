@@ -26,14 +26,13 @@ from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.landing.probe import is_hidden
+from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES, is_hidden, unreadable_compression
 from airflow_cdc_provider.formats.events import plan_barrier
 
 # Files up to this size are read whole (exact line numbers, multi-line documents).
 WHOLE_FILE_MAX_BYTES = 64 * 1024 * 1024
 # A compressed file expands; keep the in-memory text of a whole-read file bounded.
 WHOLE_FILE_MAX_COMPRESSED_BYTES = 8 * 1024 * 1024
-COMPRESSED_SUFFIXES = (".gz", ".bz2", ".deflate", ".zst", ".lz4", ".snappy")
 # Driver threads checking small compressed files once one of them turned out damaged.
 _SCAN_THREADS = 16
 # Low bits of a split record's file_pos hold its index inside the split (< split bytes).
@@ -94,6 +93,9 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
                 found[uri] = LandedFile(uri, status.getLen(), status.getModificationTime(), relative=status.getPath().getName())
     if not found:
         raise LandingError(f"no data files under {', '.join(inputs)} (names starting with _ or . are skipped)")
+    for uri in sorted(found):
+        if (why := unreadable_compression(uri)) is not None:
+            raise LandingError(why)
     return [found[k] for k in sorted(found)]
 
 

@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_cdc_provider.contract.args import CdcJobArgumentError, _checked
 from airflow_cdc_provider.contract.as_of import normalise_as_of
+from airflow_cdc_provider.contract.paths import is_local_path, local_path
 from airflow_cdc_provider.contract.partitions import PartitionPruning, parse_duration_ms
 
 METRICS_FILE = "_cdc_metrics.json"
@@ -413,9 +414,8 @@ class CdcReplayHook(BaseHook):
         """Read ``OUTPUT/_cdc_metrics.json`` from a local path or any URI Airflow's object storage knows."""
         scheme = urlsplit(output_path).scheme
         try:
-            if scheme in ("", "file") or (len(scheme) == 1 and output_path[1:2] == ":"):
-                local = urlsplit(output_path).path if scheme == "file" else output_path
-                text = (Path(local) / METRICS_FILE).read_text(encoding="utf-8")
+            if is_local_path(output_path):
+                text = (Path(local_path(output_path)) / METRICS_FILE).read_text(encoding="utf-8")
             else:
                 from airflow.sdk import ObjectStoragePath
 

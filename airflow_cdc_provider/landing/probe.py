@@ -1,7 +1,7 @@
 """Look at a landing without Spark: its folders, its data files, and the last lines of a file.
 
 ``CdcLandedFilesSensor`` and its trigger run in Airflow's worker and triggerer, where a JVM per poke
-is out of the question, so they cannot use the replay job's Hadoop listing (``landing.py``). This
+is out of the question, so they cannot use the replay job's Hadoop listing (``formats/landed_files.py``). This
 module gives them the same view through fsspec: a local path uses the local file system, and a URI
 goes through Airflow's ``ObjectStoragePath``, so every scheme Airflow's object storage serves
 (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``, ``memory://``, ...) works, with an
@@ -16,23 +16,15 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
-# Same rule as the replay job's listing (landing.py) and Spark: _SUCCESS, _temporary/, .crc files
-# and the like are not data.
-HIDDEN_PREFIXES = ("_", ".")
-# What fsspec decompresses by file extension (compression="infer").
-COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst")
+from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES, is_hidden, is_local_path, local_path, unreadable_compression
+
 # Compressed files cannot be read from the end; larger ones than this are not decompressed by a poke.
 MAX_COMPRESSED_TAIL_BYTES = 16 * 1024 * 1024
 
 
 class LandingProbeError(ValueError):
     """The landing location cannot be opened (unknown scheme, missing filesystem package...)."""
-
-
-def is_hidden(name: str) -> bool:
-    return name.startswith(HIDDEN_PREFIXES)
 
 
 @dataclass(frozen=True)
@@ -64,12 +56,10 @@ def _modified_ms(info: dict[str, Any]) -> int | None:
 
 def _filesystem(location: str, conn_id: str | None) -> tuple[Any, str]:
     """(fsspec filesystem, root path in that filesystem's terms) for a local path or a URI."""
-    scheme = urlsplit(location).scheme
-    if scheme in ("", "file", "local") or (len(scheme) == 1 and location[1:2] == ":"):
+    if is_local_path(location):
         from fsspec.implementations.local import LocalFileSystem
 
-        local = urlsplit(location).path if scheme in ("file", "local") else location
-        return LocalFileSystem(), os.path.abspath(local).rstrip("/") or "/"
+        return LocalFileSystem(), os.path.abspath(local_path(location)).rstrip("/") or "/"
     try:
         if conn_id:
             # Airflow's object storage: the filesystem its provider registers, with the connection.
@@ -148,6 +138,8 @@ class LandingProbe:
         enough) and only its last lines are kept.
         """
         path = self._abs(file.relative)
+        if (why := unreadable_compression(file.relative)) is not None:
+            raise LandingProbeError(why)
         if file.relative.lower().endswith(COMPRESSED_SUFFIXES):
             if file.size > MAX_COMPRESSED_TAIL_BYTES:
                 return []

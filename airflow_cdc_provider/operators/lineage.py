@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from airflow_cdc_provider.contract.paths import is_local_path, local_path
+
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
 
@@ -21,9 +23,9 @@ _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 
 def dataset_id(location: str) -> tuple[str, str]:
     """(namespace, name) of a path or URI, as OpenLineage names datasets."""
+    if is_local_path(location):
+        return "file", local_path(location)
     parts = urlsplit(location)
-    if parts.scheme in ("", "file", "local") or (len(parts.scheme) == 1 and location[1:2] == ":"):
-        return "file", parts.path if parts.scheme in ("file", "local") else location
     scheme = _SCHEME_ALIASES.get(parts.scheme, parts.scheme)
     if scheme in ("hdfs", "webhdfs"):
         return f"{scheme}://{parts.netloc}", parts.path

@@ -26,18 +26,16 @@ from pyspark.sql import functions as F
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder  # noqa: E402
-from airflow_cdc_provider.formats.dts_avro import (  # noqa: E402
+from airflow_cdc_provider.formats.dts_avro.decoder import head_layout  # noqa: E402
+from airflow_cdc_provider.formats.dts_avro.records import (  # noqa: E402
     LAYOUT_CONTAINER,
     LAYOUT_JSON_LINES,
     LAYOUT_MESSAGE,
-    decimal_type,
-    head_layout,
-    integer_type,
     key_columns,
     log_position,
-    parse_zone,
     read_message,
 )
+from airflow_cdc_provider.formats.dts_avro.values import decimal_type, integer_type, parse_zone  # noqa: E402
 from airflow_cdc_provider.formats.dts_avro.schema import NAMESPACE, OPERATIONS, VALUE_TYPES, record_schema  # noqa: E402
 from airflow_cdc_provider.formats.landed_files import list_landed_files  # noqa: E402
 from airflow_cdc_provider.formats.events import Q_BAD_AVRO  # noqa: E402
