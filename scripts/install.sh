@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
-# Install airflow-cdc-provider into ./.venv with its test extra, and leave ONE consistent PySpark.
+# Install airflow-cdc-provider into ./.venv with its test extra, with one plain `pip install`.
 #
 # Usage: scripts/install.sh            (PYTHON=python3.11 and VENV=.venv can be overridden)
 #
-# Why the last steps: the apache-spark Airflow provider depends on `pyspark-client`, which installs
-# into the same pyspark/ folder as `pyspark`. Installed together at different versions they leave
-# the Python code of one Spark release over the jars of another, and `pip check` says nothing.
-# Re-installing the pinned pyspark with --no-deps --force-reinstall puts back a matching pair;
-# the check at the end compares the Python package's version with the spark-core jar's.
+# pyproject.toml pins pyspark and pyspark-client (which the apache-spark provider pulls in) to the
+# same release: both install into the same pyspark/ folder, so the pair must match. The check at
+# the end compares the Python package's version with the spark-core jar's and with the pin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,24 +61,21 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
-# --- The package, its test extra, then one consistent PySpark ------------------------------------
+# --- The package with its test extra: one pip install ---------------------------------------------
 start=$(date +%s)
 say "installing airflow-cdc-provider[test] (editable) into $VENV; the first time takes a few minutes"
 quiet "$PY" -m pip install --disable-pip-version-check -e ".[test]"
 
+# --- Verify: Python code and jars are the pinned Spark release ------------------------------------
 pyspark_pin="$(sed -n 's/^[[:space:]]*"pyspark==\([^"]*\)".*/\1/p' pyproject.toml | head -n 1)"
 [ -n "$pyspark_pin" ] || die "could not read the pyspark==VERSION pin from pyproject.toml"
-say "re-installing pyspark==$pyspark_pin over pyspark-client (--no-deps --force-reinstall)"
-quiet "$PY" -m pip install --disable-pip-version-check --no-deps --force-reinstall "pyspark==$pyspark_pin"
-
-# --- Verify: Python code and jars are the same Spark release --------------------------------------
 pkg_dir="$("$PY" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
 py_version="$("$PY" -c 'import pyspark; print(pyspark.__version__)')"
 core_jar="$(ls "$pkg_dir"/jars/spark-core_*.jar 2>/dev/null | head -n 1 || true)"
 [ -n "$core_jar" ] || die "no spark-core jar under $pkg_dir/jars: the pyspark install is broken"
 jar_version="$(basename "$core_jar" .jar | sed 's/^spark-core_[0-9.]*-//')"
 if [ "$py_version" != "$pyspark_pin" ] || [ "$jar_version" != "$pyspark_pin" ]; then
-    die "inconsistent PySpark: python package $py_version, jars $jar_version, pin $pyspark_pin"
+    die "inconsistent PySpark: python package $py_version, jars $jar_version, pin $pyspark_pin (an older venv? remove $VENV and run this again)"
 fi
 say "PySpark $py_version: python package and jars agree ($(basename "$core_jar"))"
 say "installed in $(( $(date +%s) - start )) s; run the tests with: $PY -m pytest -q"
