@@ -40,7 +40,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, iso
+from tests.reliability.histories import (
+    DELETE,
+    ENCODERS,
+    INSERT,
+    T0,
+    UPDATE,
+    Change,
+    iso,
+)
 
 EXPECTED_FILE = "_expected.json"
 LAYOUTS = ("none", "hive-day", "hive-hour")

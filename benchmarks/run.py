@@ -43,12 +43,26 @@ from typing import Callable
 
 from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BooleanType, DataType, DoubleType, LongType, MapType, StringType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+)
 
-from airflow_cdc_provider.jobs.session import build_session
 from airflow_cdc_provider.contract.paths import is_hidden
+from airflow_cdc_provider.jobs.session import build_session
 from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
-from benchmarks.generate import add_workload_arguments, generate, read_expected, workload_from_args
+from benchmarks.generate import (
+    add_workload_arguments,
+    generate,
+    read_expected,
+    workload_from_args,
+)
 
 MIB = 2**20
 SAMPLE_LINES_PER_FILE = 2_000

@@ -1,29 +1,254 @@
-"""The job's arguments: what the hook, the command line and the engine agree on."""
+"""The job's arguments: one class the hook, the command line and the engine all build from.
+
+``SnapshotArgs`` holds every option of ``cdc-replay snapshot`` with the only defaults, validates
+loose operator values (a path or a list, a datetime or text) and turns into the argument list and
+back. The argument list is built as a list, never a shell string, and every value is checked so
+that nothing a template renders can turn into a spark-submit or job option.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 
-_FORBIDDEN_CHARS = ("\n", "\r", "\x00")
+from airflow_cdc_provider.contract.as_of import normalise_as_of
+from airflow_cdc_provider.contract.checks import CdcJobArgumentError, _checked
+from airflow_cdc_provider.contract.partitions import (
+    DEFAULT_LATENESS,
+    DEFAULT_PARTITION_TIMEZONE,
+    DEFAULT_PARTITIONS,
+    PartitionPruning,
+    parse_duration_ms,
+)
+
+# --format names; the decoder registry (formats/__init__.py) serves exactly these.
+FORMAT_NAMES = (
+    "canal-json",
+    "cdl-json",
+    "datahub-blob",
+    "datahub-tuple",
+    "debezium-json",
+    "dts-avro",
+    "qlik-json",
+    "shareplex-json",
+)
+ON_ERROR_CHOICES = ("quarantine", "fail")
+DEFAULT_ON_ERROR = "quarantine"
+DEFAULT_MASTER = "local[*]"
+
+def _as_list(name: str, value: str | os.PathLike | Iterable[str] | None) -> list[str]:
+    """Accept one value or a list of them (templated fields may render either)."""
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        return [_checked(name, value)]
+    if isinstance(value, Mapping):
+        raise CdcJobArgumentError(f"{name} must be a string or a list of strings, got a mapping: {value!r}")
+    return [_checked(name, item) for item in value]
 
 
-class CdcJobArgumentError(ValueError):
-    """An operator argument cannot be passed to the job safely or is not valid."""
+def _columns(name: str, value: str | Iterable[str]) -> str:
+    """One ``COL[,COL...]`` value from a column name or a list of them."""
+    columns = _as_list(name, value)
+    for column in columns:
+        if "," in column or "=" in column:
+            raise CdcJobArgumentError(f"{name} entries are single column names, got {column!r}")
+    if not columns:
+        raise CdcJobArgumentError(f"{name} must name at least one column")
+    return ",".join(columns)
 
 
-def _checked(name: str, value: Any) -> str:
-    """Return ``value`` as a job argument, refusing what could be read as an option or split a line."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise CdcJobArgumentError(f"{name} must be a string, got {type(value).__name__}: {value!r}")
-    if not value.strip():
-        raise CdcJobArgumentError(f"{name} must not be empty")
-    if value.startswith("-"):
-        raise CdcJobArgumentError(f"{name} must not start with '-' (it would be read as an option): {value!r}")
-    if any(ch in value for ch in _FORBIDDEN_CHARS):
-        raise CdcJobArgumentError(f"{name} must not contain line breaks or NUL characters: {value!r}")
-    return value
+def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None) -> tuple[str, ...]:
+    """``--key`` values: a column list for every table, or ``{table: columns}`` for named tables."""
+    if value is None or value == "":
+        return ()
+    if not isinstance(value, Mapping):
+        columns = value if isinstance(value, (str, os.PathLike)) else list(value)
+        return (_columns("key_columns", columns),) if columns else ()
+    out = []
+    for table, columns in value.items():
+        table = _checked("key_columns table", table)
+        if "=" in table or "," in table:
+            raise CdcJobArgumentError(f"key_columns table names must not contain '=' or ',', got {table!r}")
+        out.append(f"{table}={_columns(f'key_columns[{table!r}]', columns)}")
+    return tuple(out)
 
 
+def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[str, str]:
+    """Checked ``--partitions``/``--partition-timezone``/``--lateness`` values (wrong ones fail the task early)."""
+    values = {
+        "partitions": _checked("partitions", partitions),
+        "partition_timezone": _checked("partition_timezone", timezone),
+        "lateness": _checked("lateness", lateness),
+    }
+    try:
+        PartitionPruning(values["partitions"], values["partition_timezone"], parse_duration_ms(values["lateness"]))
+    except ValueError as exc:
+        raise CdcJobArgumentError(str(exc)) from None
+    return values
+
+
+@dataclass(frozen=True)
+class SnapshotArgs:
+    """One ``cdc-replay snapshot`` run: every option, with the only defaults."""
+
+    source_format: str
+    input_paths: Sequence[str]
+    output_path: str
+    as_of: str
+    key_arguments: Sequence[str] = ()  # each one --key value: "a,b" or "db.table=a,b"
+    tables: Sequence[str] = ()
+    on_error: str = DEFAULT_ON_ERROR
+    with_metadata: bool = False
+    binary_as_text: bool = False
+    partitions: str = DEFAULT_PARTITIONS
+    partition_timezone: str = DEFAULT_PARTITION_TIMEZONE
+    lateness: str = DEFAULT_LATENESS
+    base_path: str | None = None
+    keep_state: bool = False
+    error_file: str | None = None  # where the job writes its own error for the operator to read
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        source_format: str,
+        input_paths: str | os.PathLike | Iterable[str],
+        output_path: str | os.PathLike,
+        as_of: str | int | datetime,
+        key_columns: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
+        tables: str | Iterable[str] | None = None,
+        on_error: str = DEFAULT_ON_ERROR,
+        with_metadata: bool = False,
+        binary_as_text: bool = False,
+        partitions: str = DEFAULT_PARTITIONS,
+        partition_timezone: str = DEFAULT_PARTITION_TIMEZONE,
+        lateness: str = DEFAULT_LATENESS,
+        base_path: str | os.PathLike | None = None,
+        keep_state: bool = False,
+        error_file: str | os.PathLike | None = None,
+    ) -> SnapshotArgs:
+        """Validate loose operator values (a path or a list, datetime or text) into a request."""
+        fmt = _checked("source_format", source_format)
+        if fmt not in FORMAT_NAMES:
+            raise CdcJobArgumentError(f"unknown source_format {fmt!r}; known formats: {', '.join(FORMAT_NAMES)}")
+        inputs = _as_list("input_paths", input_paths)
+        if not inputs:
+            raise CdcJobArgumentError("input_paths must name at least one path")
+        keys = _key_arguments(key_columns)
+        if on_error not in ON_ERROR_CHOICES:
+            raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+        return cls(
+            source_format=fmt,
+            input_paths=tuple(inputs),
+            output_path=_checked("output_path", output_path),
+            as_of=normalise_as_of(as_of),
+            key_arguments=keys,
+            tables=tuple(_as_list("tables", tables)),
+            on_error=on_error,
+            with_metadata=bool(with_metadata),
+            binary_as_text=bool(binary_as_text),
+            **_pruning_arguments(partitions, partition_timezone, lateness),
+            base_path=_checked("base_path", base_path) if base_path else None,
+            keep_state=bool(keep_state),
+            error_file=_checked("error_file", error_file) if error_file else None,
+        )
+
+    def to_argv(self) -> list[str]:
+        """The job's argument list (``cdc-replay snapshot`` arguments without the word ``snapshot``)."""
+        args = ["--format", self.source_format]
+        for path in self.input_paths:
+            args += ["--input", path]
+        args += ["--as-of", self.as_of, "--output", self.output_path]
+        for key in self.key_arguments:
+            args += ["--key", key]
+        for table in self.tables:
+            args += ["--table", table]
+        args += ["--on-error", self.on_error]
+        if self.with_metadata:
+            args.append("--with-metadata")
+        if self.binary_as_text:
+            args.append("--binary-as-text")
+        for option, value, default in (("--partitions", self.partitions, DEFAULT_PARTITIONS),
+                                       ("--lateness", self.lateness, DEFAULT_LATENESS),
+                                       ("--partition-timezone", self.partition_timezone, DEFAULT_PARTITION_TIMEZONE)):
+            if value != default:
+                args += [option, value]
+        if self.base_path:
+            args += ["--base", self.base_path]
+        if self.keep_state:
+            args.append("--keep-state")
+        if self.error_file:
+            args += ["--error-file", self.error_file]
+        return args
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> SnapshotArgs:
+        """The arguments back from a list ``to_argv`` wrote (or a user typed): the inverse of ``to_argv``."""
+        parser = argparse.ArgumentParser(prog="cdc-replay snapshot")
+        add_snapshot_arguments(parser)
+        return cls.from_namespace(parser.parse_args(list(argv)))
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> SnapshotArgs:
+        """From the options ``add_snapshot_arguments`` parsed; validated as an operator's values are."""
+        return cls.build(
+            source_format=ns.source_format,
+            input_paths=ns.inputs,
+            output_path=ns.output,
+            as_of=ns.as_of,
+            key_columns=None,
+            tables=ns.tables,
+            on_error=ns.on_error,
+            with_metadata=ns.with_metadata,
+            binary_as_text=ns.binary_as_text,
+            partitions=ns.partitions,
+            partition_timezone=ns.partition_timezone,
+            lateness=ns.lateness,
+            base_path=ns.base,
+            keep_state=ns.keep_state,
+            error_file=ns.error_file,
+        ).with_key_arguments(ns.key)
+
+    def with_key_arguments(self, values: Sequence[str]) -> SnapshotArgs:
+        """These ``--key`` values as typed (``COL[,COL]`` or ``TABLE=COL[,COL]``), each checked."""
+        from dataclasses import replace
+
+        return replace(self, key_arguments=tuple(_checked("--key", v) for v in values))
+
+
+def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool = False) -> None:
+    """The options of ``cdc-replay snapshot``, as ``SnapshotArgs`` reads and writes them."""
+    parser.add_argument("--format", required=True, dest="source_format", choices=FORMAT_NAMES, metavar="FORMAT",
+                        help="source format; see `cdc-replay formats`")
+    parser.add_argument("--input", required=True, action="append", dest="inputs", metavar="PATH",
+                        help="landed files: a file, a folder (read recursively) or a glob; repeatable")
+    parser.add_argument("--as-of", required=True, help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms")
+    parser.add_argument("--output", required=True, help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/")
+    parser.add_argument("--key", action="append", default=[], metavar="COL[,COL...]",
+                        help="key columns when records do not name them; TABLE=COL,... for one table; repeatable")
+    parser.add_argument("--table", action="append", default=[], dest="tables", metavar="NAME",
+                        help="only these tables (qualified or bare name); for qlik-json without table fields, the table the files hold")
+    if with_master:
+        parser.add_argument("--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})")
+    parser.add_argument("--on-error", choices=ON_ERROR_CHOICES, default=DEFAULT_ON_ERROR,
+                        help="records that cannot be decoded: set aside in _quarantine/ (default) or fail the job")
+    parser.add_argument("--with-metadata", action="store_true", help="add _cdc_op, _cdc_event_ts, _cdc_position columns")
+    parser.add_argument("--binary-as-text", action="store_true", help="decode Lindorm HBase Base64 values as UTF-8 text")
+    parser.add_argument("--partitions", default=DEFAULT_PARTITIONS, metavar="auto|none|PATTERN",
+                        help="time partitions of the landing: auto (hive dt=/date=/ds= and hour=/hr= folders, the default), "
+                             "none, or a strftime folder pattern such as %%Y/%%m/%%d/%%H; partitions starting after "
+                             "AS OF + --lateness are not read")
+    parser.add_argument("--partition-timezone", default=DEFAULT_PARTITION_TIMEZONE,
+                        help=f"time zone the partition folders are named in (default {DEFAULT_PARTITION_TIMEZONE})")
+    parser.add_argument("--lateness", default=DEFAULT_LATENESS,
+                        help=f"how late an event may land after its time: 30m, 1h, 2d (default {DEFAULT_LATENESS})")
+    parser.add_argument("--base", metavar="DIR",
+                        help="an earlier output written with --keep-state: apply only the events after its AS OF "
+                             "(falls back to a full rebuild, and says why in the metrics, when that could differ)")
+    parser.add_argument("--keep-state", action="store_true",
+                        help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)")
+    parser.add_argument("--error-file", help=argparse.SUPPRESS)  # the operator reads the job's own error from here

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_cdc_provider.contract.args import CdcJobArgumentError, _checked
+from airflow_cdc_provider.contract.checks import CdcJobArgumentError, _checked
 
 
 class AsOfError(ValueError):

@@ -46,6 +46,9 @@ class Decoder(ABC):
     # Whether updates may carry only the changed columns (``partial``). The engine then also
     # carries a row's other columns across a key change, which costs one more pass.
     partial_images: ClassVar[bool] = False
+    # Whether one ``--table`` also names the table of records that do not say which (Qlik DT
+    # messages without schema/table fields).
+    table_from_filter: ClassVar[bool] = False
 
     @abstractmethod
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:

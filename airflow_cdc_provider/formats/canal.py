@@ -25,12 +25,12 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
 RECORD_SCHEMA = StructType(
     [

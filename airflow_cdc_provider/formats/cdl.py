@@ -23,8 +23,15 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType, VariantType
+from pyspark.sql.types import (
+    ArrayType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+)
 
+from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
@@ -34,7 +41,6 @@ from airflow_cdc_provider.formats.kafka_connect import (
     image_conversion_failed,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats import events as ev
 
 _PROPERTY = StructType([StructField("name", StringType()), StructField("value", StringType())])
 # Scalars are read as text and converted with try_cast; images as variants, checked for being objects.

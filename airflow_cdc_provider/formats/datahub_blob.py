@@ -24,13 +24,19 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType, VariantType
+from pyspark.sql.types import (
+    ArrayType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+)
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.datahub_tuple import IGNORED_UPDATE_BEFORE, attach_before_images
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
-from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.datahub_tuple import (
+    IGNORED_UPDATE_BEFORE,
+    attach_before_images,
+)
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
@@ -55,6 +61,9 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
 )
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
 FULL_LOAD_SEQUENCE_ID = -1
 

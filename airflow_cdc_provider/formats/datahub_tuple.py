@@ -23,15 +23,21 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, MapType, StringType, StructField, StructType, TimestampType, VariantType
+from pyspark.sql.types import (
+    DataType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+    VariantType,
+)
 
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
-from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
-    IGNORED_UPDATE_BEFORE,
     IGNORED_TOMBSTONE,
+    IGNORED_UPDATE_BEFORE,
     IMAGE_TYPE,
     KIND_CHANGE,
     KIND_IGNORED,
@@ -49,6 +55,8 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
 )
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
 
 # Not yet in events.py (see the report): the first half of an update pair, counted as ignored
 # because its row travels with the second half as the update's before image.

@@ -18,6 +18,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
@@ -27,7 +28,6 @@ from airflow_cdc_provider.formats.kafka_connect import (
     image_conversion_failed,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats import events as ev
 
 _SOURCE = StructType(
     [

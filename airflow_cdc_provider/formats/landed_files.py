@@ -26,7 +26,11 @@ from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES, is_hidden, unreadable_compression
+from airflow_cdc_provider.contract.paths import (
+    COMPRESSED_SUFFIXES,
+    is_hidden,
+    unreadable_compression,
+)
 from airflow_cdc_provider.formats.events import plan_barrier
 
 # Files up to this size are read whole (exact line numbers, multi-line documents).

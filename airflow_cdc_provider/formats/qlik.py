@@ -30,11 +30,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, VariantType
 
+from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
-from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
 
 def _strings(*names: str) -> StructType:
@@ -262,6 +262,7 @@ class QlikJsonDecoder(Decoder):
     )
     needs = ""
     partial_images = True
+    table_from_filter = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

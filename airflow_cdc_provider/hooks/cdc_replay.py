@@ -13,9 +13,9 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,13 +23,13 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
-from airflow_cdc_provider.contract.args import CdcJobArgumentError, _checked
-from airflow_cdc_provider.contract.as_of import normalise_as_of
+from airflow_cdc_provider.contract.args import SnapshotArgs
+from airflow_cdc_provider.contract.checks import CdcJobArgumentError
+from airflow_cdc_provider.contract.metrics import METRICS_FILE
 from airflow_cdc_provider.contract.paths import is_local_path, local_path
-from airflow_cdc_provider.contract.partitions import PartitionPruning, parse_duration_ms
 
-METRICS_FILE = "_cdc_metrics.json"
-ON_ERROR_CHOICES = ("quarantine", "fail")
+# Spark property naming each submission, so on_kill finds its processes among this one's.
+SUBMISSION_TOKEN_CONF = "spark.cdc.submission"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of jobs/session.py
 # Levels Spark's spark.log.level accepts (log4j's).
@@ -37,14 +37,22 @@ LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 DEFAULT_DRIVER_LOG_LEVEL = "WARN"
 
 
-def _descendants(pid: int) -> list[Any]:
-    """Every live process started (directly or not) by ``pid``."""
+def _descendants_of_submission(token: str) -> list[Any]:
+    """Every live process started by the spark-submit whose command line carries ``token``.
+
+    The submission is one of this process's own descendants, found by the unique property the
+    hook put on its command line: no private attribute of the Spark provider is read.
+    """
     import psutil
 
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
+    found: list[Any] = []
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if any(token in part for part in process.cmdline()):
+                found.extend(process.children(recursive=True))
+        except psutil.Error:
+            continue
+    return found
 
 
 def _stop_processes(processes: list[Any], grace_seconds: float = 5.0) -> None:
@@ -74,48 +82,12 @@ class CdcReplayJobError(AirflowException):
 
 
 def application_path() -> str:
-    """Local path of the spark-submit application file shipped with this package."""
-    import airflow_cdc_provider.jobs as jobs_package
+    """Local path of the spark-submit application file shipped with this package (``jobs/spark_app.py``).
 
-    return str(Path(jobs_package.__file__).resolve().parent / "spark_app.py")
-
-
-def _as_list(name: str, value: str | os.PathLike | Iterable[str] | None) -> list[str]:
-    """Accept one value or a list of them (templated fields may render either)."""
-    if value is None:
-        return []
-    if isinstance(value, (str, os.PathLike)):
-        return [_checked(name, value)]
-    if isinstance(value, Mapping):
-        raise CdcJobArgumentError(f"{name} must be a string or a list of strings, got a mapping: {value!r}")
-    return [_checked(name, item) for item in value]
-
-
-def _columns(name: str, value: str | Iterable[str]) -> str:
-    """One ``COL[,COL...]`` value from a column name or a list of them."""
-    columns = _as_list(name, value)
-    for column in columns:
-        if "," in column or "=" in column:
-            raise CdcJobArgumentError(f"{name} entries are single column names, got {column!r}")
-    if not columns:
-        raise CdcJobArgumentError(f"{name} must name at least one column")
-    return ",".join(columns)
-
-
-def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None) -> tuple[str, ...]:
-    """``--key`` values: a column list for every table, or ``{table: columns}`` for named tables."""
-    if value is None or value == "":
-        return ()
-    if not isinstance(value, Mapping):
-        columns = value if isinstance(value, (str, os.PathLike)) else list(value)
-        return (_columns("key_columns", columns),) if columns else ()
-    out = []
-    for table, columns in value.items():
-        table = _checked("key_columns table", table)
-        if "=" in table or "," in table:
-            raise CdcJobArgumentError(f"key_columns table names must not contain '=' or ',', got {table!r}")
-        out.append(f"{table}={_columns(f'key_columns[{table!r}]', columns)}")
-    return tuple(out)
+    Found beside this module rather than imported: the hook runs where the job's layers (and
+    PySpark) need not be loaded.
+    """
+    return str(Path(__file__).resolve().parents[1] / "jobs" / "spark_app.py")
 
 
 def normalise_log_level(level: str | None) -> str | None:
@@ -125,108 +97,6 @@ def normalise_log_level(level: str | None) -> str | None:
     if not isinstance(level, str) or level.upper() not in LOG_LEVELS:
         raise CdcJobArgumentError(f"driver_log_level must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
     return level.upper()
-
-
-def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[str, str]:
-    """Checked ``--partitions``/``--partition-timezone``/``--lateness`` values (wrong ones fail the task early)."""
-    values = {
-        "partitions": _checked("partitions", partitions),
-        "partition_timezone": _checked("partition_timezone", timezone),
-        "lateness": _checked("lateness", lateness),
-    }
-    try:
-        PartitionPruning(values["partitions"], values["partition_timezone"], parse_duration_ms(values["lateness"]))
-    except ValueError as exc:
-        raise CdcJobArgumentError(str(exc)) from None
-    return values
-
-
-@dataclass(frozen=True)
-class SnapshotRequest:
-    """One ``cdc-replay snapshot`` run, as the operator describes it."""
-
-    source_format: str
-    input_paths: Sequence[str]
-    output_path: str
-    as_of: str
-    key_arguments: Sequence[str] = ()  # each one --key value: "a,b" or "db.table=a,b"
-    tables: Sequence[str] = ()
-    on_error: str = "quarantine"
-    with_metadata: bool = False
-    partitions: str = "auto"
-    partition_timezone: str = "UTC"
-    lateness: str = "1h"
-    base_path: str | None = None
-    keep_state: bool = False
-
-    @classmethod
-    def build(
-        cls,
-        *,
-        source_format: str,
-        input_paths: str | os.PathLike | Iterable[str],
-        output_path: str | os.PathLike,
-        as_of: str | int | datetime,
-        key_columns: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
-        tables: str | Iterable[str] | None = None,
-        on_error: str = "quarantine",
-        with_metadata: bool = False,
-        partitions: str = "auto",
-        partition_timezone: str = "UTC",
-        lateness: str = "1h",
-        base_path: str | os.PathLike | None = None,
-        keep_state: bool = False,
-    ) -> SnapshotRequest:
-        """Validate loose operator values (a path or a list, datetime or text) into a request."""
-        from airflow_cdc_provider.formats import format_names
-
-        fmt = _checked("source_format", source_format)
-        if fmt not in format_names():
-            raise CdcJobArgumentError(f"unknown source_format {fmt!r}; known formats: {', '.join(format_names())}")
-        inputs = _as_list("input_paths", input_paths)
-        if not inputs:
-            raise CdcJobArgumentError("input_paths must name at least one path")
-        keys = _key_arguments(key_columns)
-        if on_error not in ON_ERROR_CHOICES:
-            raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
-        return cls(
-            source_format=fmt,
-            input_paths=tuple(inputs),
-            output_path=_checked("output_path", output_path),
-            as_of=normalise_as_of(as_of),
-            key_arguments=keys,
-            tables=tuple(_as_list("tables", tables)),
-            on_error=on_error,
-            with_metadata=bool(with_metadata),
-            **_pruning_arguments(partitions, partition_timezone, lateness),
-            base_path=_checked("base_path", base_path) if base_path else None,
-            keep_state=bool(keep_state),
-        )
-
-    def application_args(self, error_file: str | None = None) -> list[str]:
-        """The job's argument list (``cdc-replay snapshot`` arguments without the word ``snapshot``)."""
-        args = ["--format", self.source_format]
-        for path in self.input_paths:
-            args += ["--input", path]
-        args += ["--as-of", self.as_of, "--output", self.output_path]
-        for key in self.key_arguments:
-            args += ["--key", key]
-        for table in self.tables:
-            args += ["--table", table]
-        args += ["--on-error", self.on_error]
-        if self.with_metadata:
-            args.append("--with-metadata")
-        for option, value, default in (("--partitions", self.partitions, "auto"), ("--lateness", self.lateness, "1h"),
-                                       ("--partition-timezone", self.partition_timezone, "UTC")):
-            if value != default:
-                args += [option, value]
-        if self.base_path:
-            args += ["--base", self.base_path]
-        if self.keep_state:
-            args.append("--keep-state")
-        if error_file:
-            args += ["--error-file", _checked("error_file", error_file)]
-        return args
 
 
 @dataclass(frozen=True)
@@ -291,8 +161,9 @@ class CdcReplayHook(BaseHook):
         self.name = name
         self.driver_log_level = normalise_log_level(driver_log_level)
         self._submit_hook: Any = None
+        self._submission_token: str | None = None
 
-    def get_conn(self) -> SparkTarget:
+    def spark_target(self) -> SparkTarget:
         """The Spark target; fails clearly instead of letting spark-submit default to YARN."""
         try:
             conn = self.get_connection(self.conn_id)
@@ -346,18 +217,20 @@ class CdcReplayHook(BaseHook):
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         return env
 
-    def run_snapshot(self, request: SnapshotRequest) -> dict[str, Any]:
+    def run_snapshot(self, request: SnapshotArgs) -> dict[str, Any]:
         """Submit the job, wait for it, and return the metrics it wrote to ``_cdc_metrics.json``."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        target = self.get_conn()
+        target = self.spark_target()
         error_file = self._new_error_file() if target.driver_is_local else None
+        self._submission_token = f"cdc-replay-{uuid.uuid4().hex}"
+        conf = {**self.submit_conf(target), SUBMISSION_TOKEN_CONF: self._submission_token}
         try:
             self._submit_hook = SparkSubmitHook(
-                conf=self.submit_conf(target),
+                conf=conf,
                 conn_id=self.conn_id,
                 name=self.name,
-                application_args=request.application_args(error_file),
+                application_args=replace(request, error_file=error_file).to_argv(),
             )
             try:
                 self._submit_hook.submit(application=application_path(), env=self.submit_env(target))
@@ -380,10 +253,9 @@ class CdcReplayHook(BaseHook):
         job's Python driver, which is then orphaned and can run on for minutes (holding the output
         lock) before it notices its gateway is gone; so its descendants are stopped too.
         """
-        if self._submit_hook is None:
+        if self._submit_hook is None or self._submission_token is None:
             return
-        submission = getattr(self._submit_hook, "_submit_sp", None)
-        leftovers = _descendants(submission.pid) if submission is not None and submission.poll() is None else []
+        leftovers = _descendants_of_submission(self._submission_token)
         self._submit_hook.on_kill()
         _stop_processes(leftovers)
 

@@ -14,46 +14,16 @@ import sys
 import traceback
 from pathlib import Path
 
+from airflow_cdc_provider.contract.args import SnapshotArgs, add_snapshot_arguments
 from airflow_cdc_provider.formats import format_names, get_decoder
-from airflow_cdc_provider.jobs.session import DEFAULT_MASTER
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool) -> None:
-    parser.add_argument("--format", required=True, dest="source_format", help="source format; see `cdc-replay formats`")
-    parser.add_argument("--input", required=True, action="append", dest="inputs", metavar="PATH",
-                        help="landed files: a file, a folder (read recursively) or a glob; repeatable")
-    parser.add_argument("--as-of", required=True, help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms")
-    parser.add_argument("--output", required=True, help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/")
-    parser.add_argument("--key", action="append", default=[], metavar="COL[,COL...]",
-                        help="key columns when records do not name them; TABLE=COL,... for one table; repeatable")
-    parser.add_argument("--table", action="append", default=[], dest="tables", metavar="NAME",
-                        help="only these tables (qualified or bare name); for qlik-json without table fields, the table the files hold")
-    if with_master:
-        parser.add_argument("--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})")
-    parser.add_argument("--on-error", choices=("quarantine", "fail"), default="quarantine",
-                        help="records that cannot be decoded: set aside in _quarantine/ (default) or fail the job")
-    parser.add_argument("--with-metadata", action="store_true", help="add _cdc_op, _cdc_event_ts, _cdc_position columns")
-    parser.add_argument("--binary-as-text", action="store_true", help="decode Lindorm HBase Base64 values as UTF-8 text")
-    parser.add_argument("--partitions", default="auto", metavar="auto|none|PATTERN",
-                        help="time partitions of the landing: auto (hive dt=/date=/ds= and hour=/hr= folders, the default), "
-                             "none, or a strftime folder pattern such as %%Y/%%m/%%d/%%H; partitions starting after "
-                             "AS OF + --lateness are not read")
-    parser.add_argument("--partition-timezone", default="UTC", help="time zone the partition folders are named in (default UTC)")
-    parser.add_argument("--lateness", default="1h", help="how late an event may land after its time: 30m, 1h, 2d (default 1h)")
-    parser.add_argument("--base", metavar="DIR",
-                        help="an earlier output written with --keep-state: apply only the events after its AS OF "
-                             "(falls back to a full rebuild, and says why in the metrics, when that could differ)")
-    parser.add_argument("--keep-state", action="store_true",
-                        help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)")
-    parser.add_argument("--error-file", help=argparse.SUPPRESS)  # the operator reads the job's own error from here
 
 
 def build_parser(*, with_master: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdc-replay", description="Rebuild table snapshots as of any time from landed CDC files.")
     sub = parser.add_subparsers(dest="command", required=True)
-    _snapshot_arguments(sub.add_parser("snapshot", help="rebuild snapshots as of a time"), with_master=with_master)
+    add_snapshot_arguments(sub.add_parser("snapshot", help="rebuild snapshots as of a time"), with_master=with_master)
     sub.add_parser("formats", help="list the source formats")
     return parser
 
@@ -75,28 +45,11 @@ def _write_error_file(path: str | None, exc: BaseException) -> None:
 
 def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
-    from airflow_cdc_provider.formats import DecodeOptions
     from airflow_cdc_provider.jobs.session import build_session
     from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
 
     try:
-        table = args.tables[0] if args.source_format == "qlik-json" and len(args.tables) == 1 else None
-        spec = SnapshotSpec.from_args(
-            source_format=args.source_format,
-            inputs=args.inputs,
-            as_of=args.as_of,
-            output=args.output,
-            key=args.key,
-            tables=args.tables,
-            on_error=args.on_error,
-            with_metadata=args.with_metadata,
-            decode_options=DecodeOptions(table=table, binary_as_text=args.binary_as_text),
-            partitions=args.partitions,
-            partition_timezone=args.partition_timezone,
-            lateness=args.lateness,
-            base=args.base,
-            keep_state=args.keep_state,
-        )
+        spec = SnapshotSpec.from_job_args(SnapshotArgs.from_namespace(args))
         get_decoder(spec.source_format)
         spark = build_session(master=master)
         metrics = run_snapshot(spark, spec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-DEFAULT_MASTER = "local[*]"
+from airflow_cdc_provider.contract.args import DEFAULT_MASTER
 
 # Settings the replay relies on, whatever the master.
 _JOB_CONF = {

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_cdc_provider.landing.event_time import extractor_for, newest_event_ms
-from airflow_cdc_provider.landing.probe import LandingProbe, ProbedFile
-from airflow_cdc_provider.contract.partitions import PartitionLayout
-from airflow_cdc_provider.landing.layout import detect_hive_layout, existing_partitions
 from airflow_cdc_provider.contract.as_of import format_as_of
+from airflow_cdc_provider.contract.partitions import PartitionLayout
+from airflow_cdc_provider.landing.event_time import extractor_for, newest_event_ms
+from airflow_cdc_provider.landing.layout import detect_hive_layout, existing_partitions
+from airflow_cdc_provider.landing.probe import LandingProbe, ProbedFile
 
 STRATEGIES = ("marker", "partition", "event_time")
 DEFAULT_MARKER = "_SUCCESS"

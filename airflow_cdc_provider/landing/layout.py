@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow_cdc_provider.contract.partitions import HIVE_DAY, HIVE_DAY_FORMATS, HIVE_HOUR, PartitionLayout
+from airflow_cdc_provider.contract.partitions import (
+    HIVE_DAY,
+    HIVE_DAY_FORMATS,
+    HIVE_HOUR,
+    PartitionLayout,
+)
 from airflow_cdc_provider.landing.probe import LandingProbe
 
 

@@ -16,8 +16,15 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
-from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES, is_hidden, is_local_path, local_path, unreadable_compression
+from airflow_cdc_provider.contract.paths import (
+    COMPRESSED_SUFFIXES,
+    is_hidden,
+    is_local_path,
+    local_path,
+    unreadable_compression,
+)
 
 # Compressed files cannot be read from the end; larger ones than this are not decompressed by a poke.
 MAX_COMPRESSED_TAIL_BYTES = 16 * 1024 * 1024
@@ -75,7 +82,7 @@ def _filesystem(location: str, conn_id: str | None) -> tuple[Any, str]:
     except (ValueError, ImportError) as exc:
         raise LandingProbeError(
             f"cannot open {location!r}: {exc}. Install the Airflow provider (or fsspec package) that "
-            f"serves {scheme}:// to Airflow's object storage."
+            f"serves {urlsplit(location).scheme}:// to Airflow's object storage."
         ) from exc
 
 

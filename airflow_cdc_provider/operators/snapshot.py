@@ -9,13 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 
+from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.as_of import resolve_as_of
-from airflow_cdc_provider.operators.assets import asset_event_extra, asset_from_argument, snapshot_asset
 from airflow_cdc_provider.hooks.cdc_replay import (
     DEFAULT_DRIVER_LOG_LEVEL,
     CdcReplayHook,
-    SnapshotRequest,
     normalise_log_level,
+)
+from airflow_cdc_provider.operators.assets import (
+    asset_event_extra,
+    asset_from_argument,
+    snapshot_asset,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +131,7 @@ class CdcSnapshotOperator(BaseOperator):
         )
         if self.output_asset not in self.outlets:
             self.outlets = [*self.outlets, self.output_asset]
-        self._request: SnapshotRequest | None = None
+        self._request: SnapshotArgs | None = None
         self._metrics: dict[str, Any] | None = None
 
     @cached_property
@@ -140,7 +144,7 @@ class CdcSnapshotOperator(BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        request = SnapshotRequest.build(
+        request = SnapshotArgs.build(
             source_format=self.source_format,
             input_paths=self.input_paths,
             output_path=self.output_path,

@@ -27,8 +27,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.replay.fold import TAG_ROW
 
 STATE_DIR = "_cdc_state"

@@ -14,11 +14,16 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.formats.landed_files import LandedFile, checkpoint_salvaging, list_landed_files
-from airflow_cdc_provider.contract.partitions import DEFAULT_LATENESS, PartitionPruning, parse_duration_ms
-from airflow_cdc_provider.replay import base_state as bs
+from airflow_cdc_provider.contract.as_of import format_as_of
+from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
 from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats import get_decoder
+from airflow_cdc_provider.formats.landed_files import (
+    LandedFile,
+    checkpoint_salvaging,
+    list_landed_files,
+)
+from airflow_cdc_provider.replay import base_state as bs
 from airflow_cdc_provider.replay.fold import (
     TAG_IGNORED,
     TAG_NO_KEY,
@@ -32,14 +37,19 @@ from airflow_cdc_provider.replay.fold import (
     lacks_key,
     ordering,
 )
-from airflow_cdc_provider.replay.output import QUARANTINE_DIR, OutputTarget
+from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.resolve import resolve
-from airflow_cdc_provider.contract.as_of import format_as_of, parse_as_of
-from airflow_cdc_provider.replay.schemas import SchemaInputs, key_columns_of, schema_inputs, table_schemas, typed_value
+from airflow_cdc_provider.replay.schemas import (
+    SchemaInputs,
+    key_columns_of,
+    schema_inputs,
+    table_schemas,
+    typed_value,
+)
+from airflow_cdc_provider.replay.spec import SnapshotSpec, parse_keys  # noqa: F401 - parse_keys: part of the engine's API
 
 log = logging.getLogger(__name__)
 
-ON_ERROR_CHOICES = ("quarantine", "fail")
 
 
 class ReplayError(RuntimeError):
@@ -52,83 +62,6 @@ class MissingKeyError(ReplayError):
 
 class QuarantineError(ReplayError):
     """``--on-error fail`` and a record could not be decoded."""
-
-
-@dataclass(frozen=True)
-class SnapshotSpec:
-    source_format: str
-    inputs: tuple[str, ...]
-    as_of_ms: int
-    output: str
-    keys: KeyConfig = KeyConfig()
-    tables: tuple[str, ...] = ()
-    on_error: str = "quarantine"
-    with_metadata: bool = False
-    decode_options: DecodeOptions = field(default_factory=DecodeOptions)
-    partitions: PartitionPruning = PartitionPruning()
-    base: str | None = None  # an earlier output (written with keep_state) to start from
-    keep_state: bool = False  # also write _cdc_state/ so a later run can start from this one
-
-    @property
-    def writes_state(self) -> bool:
-        return self.keep_state or self.base is not None
-
-    @classmethod
-    def from_args(
-        cls,
-        *,
-        source_format: str,
-        inputs: list[str],
-        as_of: str | int,
-        output: str,
-        key: list[str] | None = None,
-        tables: list[str] | None = None,
-        on_error: str = "quarantine",
-        with_metadata: bool = False,
-        decode_options: DecodeOptions | None = None,
-        partitions: str = "auto",
-        partition_timezone: str = "UTC",
-        lateness: str = DEFAULT_LATENESS,
-        base: str | None = None,
-        keep_state: bool = False,
-    ) -> "SnapshotSpec":
-        if on_error not in ON_ERROR_CHOICES:
-            raise ValueError(f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {on_error!r}")
-        keys = parse_keys(key or [])
-        options = decode_options or DecodeOptions()
-        options = DecodeOptions(
-            key_columns=keys.default,
-            table_keys=dict(keys.per_table),
-            table=options.table,
-            binary_as_text=options.binary_as_text,
-        )
-        return cls(
-            source_format=source_format,
-            inputs=tuple(inputs),
-            as_of_ms=parse_as_of(as_of),
-            output=output,
-            keys=keys,
-            tables=tuple(tables or ()),
-            on_error=on_error,
-            with_metadata=with_metadata,
-            decode_options=options,
-            partitions=PartitionPruning(partitions, partition_timezone, parse_duration_ms(lateness)),
-            base=base or None,
-            keep_state=keep_state,
-        )
-
-
-def parse_keys(values: list[str]) -> KeyConfig:
-    """``--key id`` / ``--key a,b`` (every table) and ``--key db.t=a,b`` (one table)."""
-    default: tuple[str, ...] = ()
-    per_table: list[tuple[str, tuple[str, ...]]] = []
-    for value in values:
-        if "=" in value:
-            table, cols = value.split("=", 1)
-            per_table.append((table.strip(), tuple(c.strip() for c in cols.split(",") if c.strip())))
-        else:
-            default = default + tuple(c.strip() for c in value.split(",") if c.strip())
-    return KeyConfig(default=default, per_table=tuple(per_table))
 
 
 def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:

@@ -25,10 +25,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from airflow_cdc_provider.replay.output_lock import LOCK_MARK, OutputBusyError, OutputLock
+from airflow_cdc_provider.contract.metrics import METRICS_FILE, QUARANTINE_DIR
+from airflow_cdc_provider.replay.output_lock import (
+    LOCK_MARK,
+    OutputBusyError,
+    OutputLock,
+)
 
-METRICS_FILE = "_cdc_metrics.json"
-QUARANTINE_DIR = "_quarantine"
 _STAGING_MARK = ".cdc-staging-"
 _OLD_MARK = ".cdc-old-"
 

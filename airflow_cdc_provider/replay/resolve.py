@@ -13,7 +13,6 @@ from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW, TAG_TRUNCATE
 
 
-
 def table_changes(folded: DataFrame) -> DataFrame:
     """``table, truncs, drops``: the applied truncate positions and column drops of each table."""
     tag = F.col("_tag")

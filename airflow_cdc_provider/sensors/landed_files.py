@@ -8,7 +8,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, AirflowSkipException
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+)
 
 from airflow_cdc_provider.contract.as_of import resolve_as_of_ms
 from airflow_cdc_provider.landing.coverage import (

@@ -12,18 +12,19 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pendulum
 import pytest
 
 from tests import airflow_env
+from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.as_of import resolve_as_of
 from airflow_cdc_provider.hooks.cdc_replay import (
     CdcJobArgumentError,
     CdcReplayHook,
     CdcReplayJobError,
-    SnapshotRequest,
     SparkTarget,
 )
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
@@ -93,7 +94,7 @@ def operator_dag(dag_id: str):
 
 
 def test_argument_list_is_exact():
-    request = SnapshotRequest.build(
+    request = SnapshotArgs.build(
         source_format="debezium-json",
         input_paths=["/lake/a", "s3a://lake/b/*.json"],
         output_path="/lake/out",
@@ -103,7 +104,7 @@ def test_argument_list_is_exact():
         on_error="fail",
         with_metadata=True,
     )
-    assert request.application_args("/tmp/err.json") == [
+    assert replace(request, error_file="/tmp/err.json").to_argv() == [
         "--format", "debezium-json",
         "--input", "/lake/a",
         "--input", "s3a://lake/b/*.json",
@@ -115,25 +116,25 @@ def test_argument_list_is_exact():
         "--with-metadata",
         "--error-file", "/tmp/err.json",
     ]  # fmt: skip
-    one_path = SnapshotRequest.build(
+    one_path = SnapshotArgs.build(
         source_format="debezium-json", input_paths="/lake/a", output_path="/o", as_of=1725259200000,
         key_columns={"db.orders": ["order_id", "line"], "db.items": "sku"},
     )
-    assert one_path.application_args() == [
+    assert one_path.to_argv() == [
         "--format", "debezium-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/o",
         "--key", "db.orders=order_id,line", "--key", "db.items=sku", "--on-error", "quarantine",
     ]  # fmt: skip
-    incremental = SnapshotRequest.build(
+    incremental = SnapshotArgs.build(
         source_format="canal-json", input_paths="/lake/a", output_path="/lake/2024-09-03", as_of=1725259200000,
         partitions="%Y/%m/%d", partition_timezone="Asia/Shanghai", lateness="2h", base_path="/lake/2024-09-02",
     )
-    assert incremental.application_args() == [
+    assert incremental.to_argv() == [
         "--format", "canal-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/lake/2024-09-03",
         "--on-error", "quarantine", "--partitions", "%Y/%m/%d", "--lateness", "2h",
         "--partition-timezone", "Asia/Shanghai", "--base", "/lake/2024-09-02",
     ]  # fmt: skip
-    kept = SnapshotRequest.build(source_format="canal-json", input_paths="/a", output_path="/o", as_of=0, keep_state=True)
-    assert kept.application_args()[-1] == "--keep-state"
+    kept = SnapshotArgs.build(source_format="canal-json", input_paths="/a", output_path="/o", as_of=0, keep_state=True)
+    assert kept.to_argv()[-1] == "--keep-state"
 
 
 GOOD = {
@@ -170,7 +171,7 @@ GOOD = {
 )
 def test_values_that_could_inject_options_are_refused(field, value, message):
     with pytest.raises(CdcJobArgumentError, match=message):
-        SnapshotRequest.build(**{**GOOD, field: value})
+        SnapshotArgs.build(**{**GOOD, field: value})
 
 
 def test_as_of_defaults_to_data_interval_end():

@@ -9,12 +9,14 @@ import logging
 import os
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests import airflow_env  # noqa: F401 - must come before anything imports airflow
-from airflow_cdc_provider.hooks.cdc_replay import CdcJobArgumentError, CdcReplayHook, SnapshotRequest, application_path
+from airflow_cdc_provider.contract.args import SnapshotArgs
+from airflow_cdc_provider.hooks.cdc_replay import CdcJobArgumentError, CdcReplayHook, application_path
 from airflow_cdc_provider.replay.engine import QuarantineError
 from airflow_cdc_provider.replay.output import OutputError, OutputTarget
 from tests.conftest import write_jsonl
@@ -134,7 +136,7 @@ def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(
     monkeypatch.chdir(tmp_path)
 
     hostile = ["/lake/in dir/$(touch pwned)", "/lake/b;touch pwned", "/lake/c --master yarn", "`touch pwned`"]
-    request = SnapshotRequest.build(
+    request = SnapshotArgs.build(
         source_format="debezium-json", input_paths=hostile, output_path=str(tmp_path / "out dir; touch pwned"),
         as_of="2024-09-02T00:00:00Z", key_columns=["id"], tables="db.t --conf spark.x=y",
     )
@@ -144,7 +146,7 @@ def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(
     argv = json.loads(argv_file.read_text())
     app = argv.index(application_path())
     error_file = argv[argv.index("--error-file") + 1]
-    assert argv[app + 1:] == request.application_args(error_file)
+    assert argv[app + 1:] == replace(request, error_file=error_file).to_argv()
     assert argv[:app].count("--master") == 1 and argv[argv.index("--master") + 1] == "local[1]"
     assert "spark.app.tag=a b; --master yarn" in argv[:app]
     assert [a for a in argv if a.startswith("--conf") or a == "--conf"].count("--conf") == argv[:app].count("--conf")
@@ -152,4 +154,4 @@ def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(
 
     for value in ("--conf spark.driver.extraJavaOptions=-Dx", "/ok\n--master yarn"):
         with pytest.raises(CdcJobArgumentError):
-            SnapshotRequest.build(source_format="debezium-json", input_paths=[value], output_path="/o", as_of=1)
+            SnapshotArgs.build(source_format="debezium-json", input_paths=[value], output_path="/o", as_of=1)

@@ -1,0 +1,10 @@
+"""What the job writes beside the snapshots, by name: the metrics file and the quarantine folder.
+
+The operator reads ``METRICS_FILE`` back and pushes it to XCom; its keys are the job contract of
+DESIGN.md section 5 (``format``, ``as_of``, ``as_of_ms``, ``output``, ``rows``, ``events``, ``tables``).
+"""
+
+METRICS_FILE = "_cdc_metrics.json"
+QUARANTINE_DIR = "_quarantine"
+# events.read always equals the sum of the other event counts.
+EVENT_COUNTS = ("read", "applied", "after_as_of", "ignored", "duplicates", "quarantined")

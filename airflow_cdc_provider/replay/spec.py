@@ -1,0 +1,85 @@
+"""What one rebuild does, resolved from the job's arguments: instants, keys, pruning, format options."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_cdc_provider.contract.args import ON_ERROR_CHOICES, SnapshotArgs
+from airflow_cdc_provider.contract.as_of import parse_as_of
+from airflow_cdc_provider.contract.partitions import PartitionPruning, parse_duration_ms
+from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+from airflow_cdc_provider.replay.fold import KeyConfig
+
+
+@dataclass(frozen=True)
+class SnapshotSpec:
+    source_format: str
+    inputs: tuple[str, ...]
+    as_of_ms: int
+    output: str
+    keys: KeyConfig
+    tables: tuple[str, ...]
+    on_error: str
+    with_metadata: bool
+    decode_options: DecodeOptions
+    partitions: PartitionPruning
+    base: str | None  # an earlier output (written with keep_state) to start from
+    keep_state: bool  # also write _cdc_state/ so a later run can start from this one
+
+    @property
+    def writes_state(self) -> bool:
+        return self.keep_state or self.base is not None
+
+    @classmethod
+    def from_job_args(cls, args: SnapshotArgs, decode_options: DecodeOptions | None = None) -> SnapshotSpec:
+        """The run ``args`` describe; ``decode_options`` (tests) may set the format options directly."""
+        if args.on_error not in ON_ERROR_CHOICES:
+            raise ValueError(f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {args.on_error!r}")
+        keys = parse_keys(args.key_arguments)
+        # One --table names the table of files that do not say which, for formats that need it.
+        table = args.tables[0] if len(args.tables) == 1 and get_decoder(args.source_format).table_from_filter else None
+        given = decode_options or DecodeOptions(table=table, binary_as_text=args.binary_as_text)
+        options = DecodeOptions(
+            key_columns=keys.default,
+            table_keys=dict(keys.per_table),
+            table=given.table,
+            binary_as_text=given.binary_as_text,
+        )
+        return cls(
+            source_format=args.source_format,
+            inputs=tuple(args.input_paths),
+            as_of_ms=parse_as_of(args.as_of),
+            output=args.output_path,
+            keys=keys,
+            tables=tuple(args.tables),
+            on_error=args.on_error,
+            with_metadata=args.with_metadata,
+            decode_options=options,
+            partitions=PartitionPruning(args.partitions, args.partition_timezone, parse_duration_ms(args.lateness)),
+            base=args.base_path or None,
+            keep_state=args.keep_state,
+        )
+
+    @classmethod
+    def from_args(cls, *, source_format: str, inputs: list[str], as_of: str | int, output: str,
+                  key: Sequence[str] = (), tables: Sequence[str] = (), base: str | None = None,
+                  decode_options: DecodeOptions | None = None, **options: Any) -> SnapshotSpec:
+        """A run from keyword arguments named as on the command line (tests and benchmarks)."""
+        args = SnapshotArgs(source_format=source_format, input_paths=tuple(inputs), output_path=output, as_of=str(as_of),
+                            key_arguments=tuple(key), tables=tuple(tables), base_path=base, **options)
+        return cls.from_job_args(args, decode_options)
+
+
+def parse_keys(values: list[str]) -> KeyConfig:
+    """``--key id`` / ``--key a,b`` (every table) and ``--key db.t=a,b`` (one table)."""
+    default: tuple[str, ...] = ()
+    per_table: list[tuple[str, tuple[str, ...]]] = []
+    for value in values:
+        if "=" in value:
+            table, cols = value.split("=", 1)
+            per_table.append((table.strip(), tuple(c.strip() for c in cols.split(",") if c.strip())))
+        else:
+            default = default + tuple(c.strip() for c in value.split(",") if c.strip())
+    return KeyConfig(default=default, per_table=tuple(per_table))

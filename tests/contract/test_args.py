@@ -1,0 +1,58 @@
+"""The one arguments class: every option survives the trip to the argument list and back."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, fields
+
+import pytest
+
+from airflow_cdc_provider.contract.args import FORMAT_NAMES, SnapshotArgs, add_snapshot_arguments
+from airflow_cdc_provider.contract.checks import CdcJobArgumentError
+
+EVERY_OPTION = SnapshotArgs(
+    source_format="canal-json",
+    input_paths=("/lake/a", "s3a://lake/b/*.json"),
+    output_path="/lake/out",
+    as_of="2024-09-02T06:40:00+00:00",
+    key_arguments=("id,region", "db.orders=order_id"),
+    tables=("db.orders", "customers"),
+    on_error="fail",
+    with_metadata=True,
+    binary_as_text=True,
+    partitions="%Y/%m/%d",
+    partition_timezone="Asia/Shanghai",
+    lateness="2h",
+    base_path="/lake/2024-09-01",
+    keep_state=True,
+    error_file="/tmp/err.json",
+)
+
+
+def test_every_option_round_trips():
+    optional = [f for f in fields(SnapshotArgs) if f.default is not MISSING]
+    assert [f.name for f in optional if getattr(EVERY_OPTION, f.name) == f.default] == []  # every option set
+    assert SnapshotArgs.from_argv(EVERY_OPTION.to_argv()) == EVERY_OPTION
+
+
+def test_defaults_round_trip_and_stay_off_the_argument_list():
+    args = SnapshotArgs.build(source_format="debezium-json", input_paths="/lake/a", output_path="/o", as_of=0)
+    assert args.to_argv() == ["--format", "debezium-json", "--input", "/lake/a", "--as-of", "0", "--output", "/o",
+                              "--on-error", "quarantine"]
+    assert SnapshotArgs.from_argv(args.to_argv()) == args
+
+
+def test_the_command_line_parser_is_the_contracts():
+    parser = argparse.ArgumentParser()
+    add_snapshot_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--format", "no-such-format", "--input", "/a", "--as-of", "0", "--output", "/o"])
+    with pytest.raises(CdcJobArgumentError, match="must not start with '-'"):
+        SnapshotArgs.from_argv(["--format", "qlik-json", "--input", "/a", "--as-of", "0", "--output", "/o",
+                                "--key=-x"])
+
+
+def test_format_names_are_the_registrys():
+    from airflow_cdc_provider.formats import format_names
+
+    assert tuple(format_names()) == FORMAT_NAMES
