@@ -35,10 +35,10 @@ import random
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 from tests.reliability.histories import (
     DELETE,
@@ -86,8 +86,10 @@ class Workload:
             raise ValueError("shares are between 0 and 1, and --update-share + --delete-share is at most 1")
         if self.partial_share and not ENCODERS[self.source_format].partial_images:
             partial = ", ".join(name for name, e in ENCODERS.items() if e.partial_images)
-            raise ValueError(f"--partial-share applies to formats with partial images ({partial}), "
-                             f"not {self.source_format}")
+            raise ValueError(
+                f"--partial-share applies to formats with partial images ({partial}), "
+                f"not {self.source_format}"
+            )
 
     @property
     def as_of_position(self) -> int:
@@ -216,10 +218,14 @@ def generate(w: Workload, out: Path) -> dict:
     encoder = ENCODERS[w.source_format]
     if out.exists() and any(out.iterdir()):
         if not (out / EXPECTED_FILE).exists():
-            raise FileExistsError(f"{out} holds files this generator did not write: choose an empty or new folder")
+            raise FileExistsError(
+                f"{out} holds files this generator did not write: choose an empty or new folder"
+            )
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / EXPECTED_FILE).write_text(json.dumps({"workload": asdict(w), "incomplete": True}) + "\n")  # until done
+    (out / EXPECTED_FILE).write_text(
+        json.dumps({"workload": asdict(w), "incomplete": True}) + "\n"
+    )  # until done
     started = time.perf_counter()
     late_rng = random.Random(w.seed + 1)
     slots = Slots(w)
@@ -255,7 +261,9 @@ def generate(w: Workload, out: Path) -> dict:
                     rows_at_as_of = dict(live_rows)
             on_time = slots.slot(n)
             if w.late_share and late_rng.random() < w.late_share:
-                landed = slots.next_start(on_time) + late_rng.randrange(min(math.ceil(slots.length), LATE_SPREAD_S))
+                landed = slots.next_start(on_time) + late_rng.randrange(
+                    min(math.ceil(slots.length), LATE_SPREAD_S)
+                )
                 if slots.slot(landed) != on_time:
                     counts["late"] += 1
                     heapq.heappush(pending, (landed, n, text))
@@ -301,10 +309,19 @@ _OPTIONS = {  # Workload field -> (option, help)
     "files": ("--files", "files (layout none); with a hive layout, a target total"),
     "update_share": ("--update-share", "share of events that update a live key"),
     "delete_share": ("--delete-share", "share of events that delete a live key; inserts are the rest"),
-    "partial_share": ("--partial-share", "share of updates carrying only the changed column (shareplex-json, qlik-json)"),
-    "late_share": ("--late-share", "share of events landing in a later file or partition than their event time's"),
+    "partial_share": (
+        "--partial-share",
+        "share of updates carrying only the changed column (shareplex-json, qlik-json)",
+    ),
+    "late_share": (
+        "--late-share",
+        "share of events landing in a later file or partition than their event time's",
+    ),
     "seed": ("--seed", "random seed"),
-    "layout": ("--layout", "folders by landing time: none, dt=YYYY-MM-DD (hive-day), dt=.../hour=HH (hive-hour)"),
+    "layout": (
+        "--layout",
+        "folders by landing time: none, dt=YYYY-MM-DD (hive-day), dt=.../hour=HH (hive-hour)",
+    ),
     "as_of_share": ("--as-of-share", "AS OF after this share of the events"),
 }
 
@@ -314,8 +331,14 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(Workload):
         option, text = _OPTIONS[f.name]
         choices = {"layout": LAYOUTS, "source_format": list(ENCODERS)}.get(f.name)
-        parser.add_argument(option, dest=f.name, type=type(f.default), default=f.default, choices=choices,
-                            help=f"{text} (default {f.default})")
+        parser.add_argument(
+            option,
+            dest=f.name,
+            type=type(f.default),
+            default=f.default,
+            choices=choices,
+            help=f"{text} (default {f.default})",
+        )
 
 
 def workload_from_args(args: argparse.Namespace) -> Workload:
@@ -325,7 +348,9 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.generate", description=__doc__.split("\n")[0])
     add_workload_arguments(parser)
-    parser.add_argument("--out", required=True, help="folder to write: new, empty, or an earlier output of this generator")
+    parser.add_argument(
+        "--out", required=True, help="folder to write: new, empty, or an earlier output of this generator"
+    )
     args = parser.parse_args(argv)
     try:
         workload = workload_from_args(args)

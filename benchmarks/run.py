@@ -37,9 +37,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pyspark.sql import Column, SparkSession, Window
 from pyspark.sql import functions as F
@@ -98,11 +98,15 @@ class Landing:
     expected: dict
 
     @classmethod
-    def open(cls, root: Path) -> "Landing":
+    def open(cls, root: Path) -> Landing:
         expected = read_expected(root)
         if expected is None:
-            raise FileNotFoundError(f"{root} has no _expected.json: write it with python -m benchmarks.generate")
-        files = sorted(str(p) for p in root.rglob("*.json") if not any(map(is_hidden, p.relative_to(root).parts)))
+            raise FileNotFoundError(
+                f"{root} has no _expected.json: write it with python -m benchmarks.generate"
+            )
+        files = sorted(
+            str(p) for p in root.rglob("*.json") if not any(map(is_hidden, p.relative_to(root).parts))
+        )
         return cls(root, tuple(files), expected)
 
     @property
@@ -160,21 +164,32 @@ def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: P
     keyed = events.where(source["ts_ms"] <= landing.expected["as_of_ms"]).select(
         F.concat_ws(".", source["db"], source["table"]).alias("table"),
         F.coalesce(F.col("after.id"), F.col("before.id")).alias("id"),
-        "op", "after", "source",
+        "op",
+        "after",
+        "source",
     )
     newest_first = Window.partitionBy("table", "id").orderBy(
-        source["file"].desc(), source["pos"].desc(), source["row"].desc())
+        source["file"].desc(), source["pos"].desc(), source["row"].desc()
+    )
     latest = keyed.withColumn("rn", F.row_number().over(newest_first))
     latest.where((F.col("rn") == 1) & (F.col("op") != "d")).select("table", "after.*").write.mode(
-        "overwrite").parquet(str(out))
+        "overwrite"
+    ).parquet(str(out))
 
 
 def rebuild(spark: SparkSession, landing: Landing, out: Path, as_of_ms: int | None = None, **options) -> dict:
     """(c): the cdc-replay rebuild as the job runs it; return its metrics."""
-    return run_snapshot(spark, SnapshotSpec.from_args(
-        source_format=landing.source_format, inputs=[str(landing.root)],
-        as_of=landing.expected["as_of_ms"] if as_of_ms is None else as_of_ms,
-        output=str(out), key=landing.expected["key"], **options))
+    return run_snapshot(
+        spark,
+        SnapshotSpec.from_args(
+            source_format=landing.source_format,
+            inputs=[str(landing.root)],
+            as_of=landing.expected["as_of_ms"] if as_of_ms is None else as_of_ms,
+            output=str(out),
+            key=landing.expected["key"],
+            **options,
+        ),
+    )
 
 
 def base_as_of_ms(landing: Landing, new_share: float) -> int:
@@ -204,7 +219,9 @@ def duckdb_job(landing: Landing, schema: StructType, out: Path, threads: int = D
     except ImportError:
         raise NotApplicable("pip install '.[bench]'") from None
 
-    columns = "{" + ", ".join(f"{_sql_text(f.name)}: {_sql_text(_duckdb_type(f.dataType))}" for f in schema) + "}"
+    columns = (
+        "{" + ", ".join(f"{_sql_text(f.name)}: {_sql_text(_duckdb_type(f.dataType))}" for f in schema) + "}"
+    )
     files = "[" + ", ".join(_sql_text(f) for f in landing.files) + "]"
     out.mkdir(parents=True, exist_ok=True)
     query = f"""
@@ -264,7 +281,7 @@ class PeakMemory:
         while not self._stop.wait(self.interval):
             self._sample()
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self.system.gc()  # every run starts from a collected heap
         self.peaks, self._stop = {}, threading.Event()
         self._sample()
@@ -287,7 +304,7 @@ class SparkJobs:
     def __init__(self, spark: SparkSession, group: str):
         self.context, self.group = spark.sparkContext, group
 
-    def __enter__(self) -> "SparkJobs":
+    def __enter__(self) -> SparkJobs:
         self.context.setJobGroup(self.group, self.group)
         return self
 
@@ -317,9 +334,9 @@ def _site(job_name: str) -> str:
     action, _, where = job_name.partition(" at ")
     package = "airflow_cdc_provider/"
     if package in where:
-        where = where[where.index(package) + len(package):]
+        where = where[where.index(package) + len(package) :]
     elif "benchmarks/" in where:
-        where = where[where.index("benchmarks/"):]
+        where = where[where.index("benchmarks/") :]
     return f"{action} at {where}" if where else action
 
 
@@ -346,8 +363,13 @@ class Measurement:
         return ranked[(len(ranked) - 1) // 2]
 
 
-def measure(label: str, spark: SparkSession, repeat: int, run: Callable[[], object],
-            prepare: Callable[[], object] = lambda: None) -> tuple[Measurement, object]:
+def measure(
+    label: str,
+    spark: SparkSession,
+    repeat: int,
+    run: Callable[[], object],
+    prepare: Callable[[], object] = lambda: None,
+) -> tuple[Measurement, object]:
     """Time ``run()`` ``repeat`` times (``prepare()`` before each, untimed); return the figures and the last result."""
     m, result, phases = Measurement(label), None, []
     for i in range(repeat):
@@ -368,11 +390,15 @@ def measure(label: str, spark: SparkSession, repeat: int, run: Callable[[], obje
     median = m.median_run
     m.phases = phases[median]
     in_jobs = sum(p["seconds"] for p in m.phases)
-    m.phases.append({"site": "driver: between and around jobs", "jobs": 0, "seconds": max(0.0, m.runs[median] - in_jobs)})
+    m.phases.append(
+        {"site": "driver: between and around jobs", "jobs": 0, "seconds": max(0.0, m.runs[median] - in_jobs)}
+    )
     return m, result
 
 
-def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 3, incremental_share: float = 0.0) -> dict:
+def run_all(
+    spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 3, incremental_share: float = 0.0
+) -> dict:
     """Measure (a)-(e) on ``landing``, writing to ``workdir/out-b`` ... ``out-e``; return the report."""
     schema = record_schema(spark, landing)
     out = {name: workdir / f"out-{name}" for name in "bcde"}
@@ -381,7 +407,9 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
 
     a, records = measure(LABELS["a"], spark, repeat, lambda: full_parse(spark, landing, schema))
-    b, _ = measure(LABELS["b"], spark, repeat, lambda: window_job(spark, landing, schema, out["b"]), remover("b"))
+    b, _ = measure(
+        LABELS["b"], spark, repeat, lambda: window_job(spark, landing, schema, out["b"]), remover("b")
+    )
     c, metrics = measure(LABELS["c"], spark, repeat, lambda: rebuild(spark, landing, out["c"]), remover("c"))
     d, _ = measure(LABELS["d"], spark, repeat, lambda: duckdb_job(landing, schema, out["d"]), remover("d"))
     e, incremental = Measurement(LABELS["e"], note="--incremental-share 0"), None
@@ -389,11 +417,18 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
         base = workdir / "out-e-base"
         shutil.rmtree(base, ignore_errors=True)
         rebuild(spark, landing, base, base_as_of_ms(landing, incremental_share), keep_state=True)
-        e, incremental = measure(LABELS["e"], spark, repeat, lambda: rebuild(spark, landing, out["e"], base=str(base)),
-                                 remover("e"))
+        e, incremental = measure(
+            LABELS["e"],
+            spark,
+            repeat,
+            lambda: rebuild(spark, landing, out["e"], base=str(base)),
+            remover("e"),
+        )
         e.rows = incremental["rows"]
-        e.note = (f"{incremental['mode']}, {incremental_share:.1%} new events: read {incremental['files']['read']} "
-                  f"file(s) ({incremental['files']['bytes'] / MIB:,.1f} MiB), skipped {incremental['files']['skipped']}")
+        e.note = (
+            f"{incremental['mode']}, {incremental_share:.1%} new events: read {incremental['files']['read']} "
+            f"file(s) ({incremental['files']['bytes'] / MIB:,.1f} MiB), skipped {incremental['files']['skipped']}"
+        )
     for m, name in ((b, "b"), (d, "d")):
         if m.runs:
             m.rows = spark.read.parquet(str(out[name])).count()
@@ -402,8 +437,11 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
     measurements = {"a": a, "b": b, "c": c, "d": d, "e": e}
 
     expected = landing.expected
-    mismatches = [f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
-                  for m in (b, c, d, e) if m.rows is not None and m.rows != expected["rows"]]
+    mismatches = [
+        f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
+        for m in (b, c, d, e)
+        if m.rows is not None and m.rows != expected["rows"]
+    ]
     if incremental is not None and incremental["mode"] != "incremental":
         mismatches.append(f"{e.label}: fell back to a full rebuild: {incremental['incremental']['reason']}")
     if metrics is not None:
@@ -412,9 +450,13 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
             mismatches.append(f"{c.label}: rows per table {got}, the generator expects {expected['tables']}")
         counted = {k: sum(info[k] for info in metrics["tables"].values()) for k in expected["as_of_counts"]}
         if counted != expected["as_of_counts"]:
-            mismatches.append(f"{c.label}: counts {counted}, the generator expects {expected['as_of_counts']}")
+            mismatches.append(
+                f"{c.label}: counts {counted}, the generator expects {expected['as_of_counts']}"
+            )
     if records is not None and records != expected["counts"]["records"]:
-        mismatches.append(f"{a.label}: {records} records, the generator wrote {expected['counts']['records']}")
+        mismatches.append(
+            f"{a.label}: {records} records, the generator wrote {expected['counts']['records']}"
+        )
 
     def ratio(x: Measurement, y: Measurement) -> float | None:
         return x.seconds / y.seconds if x.seconds and y.seconds else None
@@ -422,8 +464,12 @@ def run_all(spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 
     return {
         "workload": expected["workload"],
         "as_of": expected["as_of"],
-        "input": {"files": len(landing.files), "mib": round(landing.mib, 1), "records": expected["counts"]["records"],
-                  "events": landing.events},
+        "input": {
+            "files": len(landing.files),
+            "mib": round(landing.mib, 1),
+            "records": expected["counts"]["records"],
+            "events": landing.events,
+        },
         "repeat": repeat,
         "counts": "median run",
         "measurements": {k: {**asdict(m), "seconds": m.seconds} for k, m in measurements.items()},
@@ -451,7 +497,9 @@ def report_text(report: dict) -> str:
         f"Spark {report['spark']['version']} {report['spark']['master']}, {report['cpus']} CPUs; "
         f"seconds: the median of {report['repeat']} run(s); jobs: Spark jobs per run; memory: the peak over all runs",
         "",
-        f"{'':28} {'seconds':>9} {'jobs':>5} " + " ".join(f"{name:>15}" for name in MEMORY.values()) + "  rows",
+        f"{'':28} {'seconds':>9} {'jobs':>5} "
+        + " ".join(f"{name:>15}" for name in MEMORY.values())
+        + "  rows",
     ]
     for m in report["measurements"].values():
         if m["seconds"] is None:
@@ -492,36 +540,58 @@ def compare_text(first: dict, second: dict) -> str:
         f = first["measurements"][k]
         ratio = m["seconds"] / f["seconds"] if m["seconds"] and f["seconds"] else None
         time_ratio = ratio if k == "c" else time_ratio
-        memory = "   ".join(f"{MEMORY[key]} {_num(f['peaks'].get(key), 0)} -> {_num(m['peaks'].get(key), 0)} MiB"
-                           for key in ("jvm_rss_mib", "jvm_heap_mib"))
-        lines.append(f"{m['label']:28} {_num(f['seconds'])} s -> {_num(m['seconds'])} s = {_num(ratio)}x   {memory}")
+        memory = "   ".join(
+            f"{MEMORY[key]} {_num(f['peaks'].get(key), 0)} -> {_num(m['peaks'].get(key), 0)} MiB"
+            for key in ("jvm_rss_mib", "jvm_heap_mib")
+        )
+        lines.append(
+            f"{m['label']:28} {_num(f['seconds'])} s -> {_num(m['seconds'])} s = {_num(ratio)}x   {memory}"
+        )
     lines.append("")
     if fmt1 != fmt2:
         rates = first["rebuild_events_per_s"], second["rebuild_events_per_s"]
         share = rates[1] / rates[0] if all(rates) else None
         target = PYTHON_DECODED_SHARE if fmt2 in PYTHON_DECODED else JSON_SHARE
         verdict = "" if share is None else "MET" if share >= target else "MISSED"
-        lines.append(f"(c) events/s {_num(rates[0], 0)} -> {_num(rates[1], 0)} = {_num(share)} "
-                     f"(target: >= {target} of {fmt1}'s) {verdict}")
+        lines.append(
+            f"(c) events/s {_num(rates[0], 0)} -> {_num(rates[1], 0)} = {_num(share)} "
+            f"(target: >= {target} of {fmt1}'s) {verdict}"
+        )
     elif scale != 1:
         verdict = "" if time_ratio is None else "MET" if time_ratio <= 1.1 * scale else "MISSED"
-        lines.append(f"(c) time ratio {_num(time_ratio)}x for {scale:g}x the events "
-                     f"(target: <= {1.1 * scale:g}x, i.e. 10M <= 11x 1M) {verdict}")
+        lines.append(
+            f"(c) time ratio {_num(time_ratio)}x for {scale:g}x the events "
+            f"(target: <= {1.1 * scale:g}x, i.e. 10M <= 11x 1M) {verdict}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     add_workload_arguments(parser)
-    parser.add_argument("--workdir", type=Path, help="holds landed/ (generated unless it matches) and the outputs; "
-                        "default: a new temporary folder")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="holds landed/ (generated unless it matches) and the outputs; default: a new temporary folder",
+    )
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the median counts (default 3)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs of each measurement; the median counts (default 3)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    parser.add_argument("--incremental-share", type=float, default=0.01,
-                        help="(e): share of the applied events after the base's AS OF (default 0.01; 0 skips it)")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST.json", "SECOND.json"),
-                        help="print two --json reports side by side (time ratios, memory, the targets) and exit")
+    parser.add_argument(
+        "--incremental-share",
+        type=float,
+        default=0.01,
+        help="(e): share of the applied events after the base's AS OF (default 0.01; 0 skips it)",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("FIRST.json", "SECOND.json"),
+        help="print two --json reports side by side (time ratios, memory, the targets) and exit",
+    )
     args = parser.parse_args(argv)
     if args.compare:
         small, large = (json.loads(p.read_text()) for p in args.compare)
@@ -536,7 +606,11 @@ def main(argv: list[str] | None = None) -> int:
     landed = workdir / "landed"
     expected = read_expected(landed)
     if expected is None or expected["workload"] != asdict(workload):
-        print(f"writing {workload.events:,} {workload.source_format} events to {landed} ...", file=sys.stderr, flush=True)
+        print(
+            f"writing {workload.events:,} {workload.source_format} events to {landed} ...",
+            file=sys.stderr,
+            flush=True,
+        )
         expected = generate(workload, landed)
         print(f"written in {expected['seconds']} s", file=sys.stderr)
     else:

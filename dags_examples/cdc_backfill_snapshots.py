@@ -40,7 +40,9 @@ with DAG(
     max_active_runs=1,  # one Spark application at a time; raise it when the cluster has room
     tags=["cdc", "example"],
     params={
-        "landing": Param(SAMPLE_LANDING, type="string", description="Landing root (dt=YYYY-MM-DD partitions)"),
+        "landing": Param(
+            SAMPLE_LANDING, type="string", description="Landing root (dt=YYYY-MM-DD partitions)"
+        ),
         "snapshot_root": Param(
             "/tmp/airflow-cdc-provider/backfill", type="string", description="Snapshots go to <root>/dt=<day>"
         ),

@@ -39,7 +39,9 @@ with DAG(
     max_active_runs=1,
     tags=["cdc", "example"],
     params={
-        "landing": Param(SAMPLE_LANDING, type="string", description="Landing root (dt=YYYY-MM-DD partitions)"),
+        "landing": Param(
+            SAMPLE_LANDING, type="string", description="Landing root (dt=YYYY-MM-DD partitions)"
+        ),
         "snapshot_root": Param(
             "/tmp/airflow-cdc-provider/daily", type="string", description="Snapshots go to <root>/dt=<day>"
         ),

@@ -32,7 +32,11 @@ with DAG(
     tags=["cdc", "example"],
     params={
         "table": Param(SAMPLE_TABLE, type="string", description="Qualified table name; empty: every table"),
-        "as_of": Param(SAMPLE_AS_OF, type="string", description="ISO-8601 with offset or epoch ms; empty: data interval end"),
+        "as_of": Param(
+            SAMPLE_AS_OF,
+            type="string",
+            description="ISO-8601 with offset or epoch ms; empty: data interval end",
+        ),
         "output": Param("", type="string", description="Snapshot folder; empty: a fresh temporary folder"),
         "landing": Param(SAMPLE_LANDING, type="string", description="Landed Debezium JSON files"),
     },

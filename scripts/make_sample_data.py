@@ -105,7 +105,13 @@ def lindorm_line(op: str, ts_ms: int, before: dict | None, after: dict | None) -
         "ts_ms": ts_ms + 8,  # when the record was written to Kafka, just after the change
         "before": before,
         "after": after,
-        "source": {"version": "v2.0", "db": "ld-xxxx", "namespace": "default", "table": "customers", "ts_ms": ts_ms},
+        "source": {
+            "version": "v2.0",
+            "db": "ld-xxxx",
+            "namespace": "default",
+            "table": "customers",
+            "ts_ms": ts_ms,
+        },
     }
     return dumps({"schema": {}, "payload": payload})
 
@@ -154,7 +160,9 @@ def customer_events(rng: random.Random) -> list[Event]:
 # --------------------------------------------------------------------------------------------
 
 
-def cdl_line(op: str, ts_ms: int, before: dict | None, after: dict | None, lsn: int, tx_id: int, snapshot: str) -> str:
+def cdl_line(
+    op: str, ts_ms: int, before: dict | None, after: dict | None, lsn: int, tx_id: int, snapshot: str
+) -> str:
     key_row = after if after is not None else before
     payload = {
         "before": before,
@@ -217,7 +225,11 @@ def ct_events(rng: random.Random) -> list[Event]:
             op, before, after = "c", None, new
             state[key] = new
         elif rng.random() < 0.8:
-            new = dict(row, count1=row["count1"] + rng.randint(1, 20), decimalNum=f"{rng.randint(0, 99999) / 100:.2f}")
+            new = dict(
+                row,
+                count1=row["count1"] + rng.randint(1, 20),
+                decimalNum=f"{rng.randint(0, 99999) / 100:.2f}",
+            )
             op, before, after = "u", dict(row), new
             state[key] = new
         else:
@@ -347,11 +359,15 @@ def expected_snapshot(
                 events["after_as_of"] += 1
                 continue
             events["applied"] += 1
-            changes.append((position, src["ts_ms"], name, pos, table_of(src), p["op"], p["before"], p["after"]))
+            changes.append(
+                (position, src["ts_ms"], name, pos, table_of(src), p["op"], p["before"], p["after"])
+            )
     tables: dict[str, dict[str, Any]] = {}
     rows: dict[str, dict[Any, dict]] = {}
     for _pos, ts_ms, _name, _line, table, op, before, after in sorted(changes, key=lambda c: c[:4]):
-        info = tables.setdefault(table, {"rows": 0, "inserts": 0, "updates": 0, "deletes": 0, "last_event_ms": 0})
+        info = tables.setdefault(
+            table, {"rows": 0, "inserts": 0, "updates": 0, "deletes": 0, "last_event_ms": 0}
+        )
         current = rows.setdefault(table, {})
         info["last_event_ms"] = max(info["last_event_ms"], ts_ms)
         if op in ("c", "r"):
@@ -387,7 +403,10 @@ def expected_snapshot(
 
 
 def _table_figures(tables: dict[str, Any]) -> list[str]:
-    lines = ["| table | rows | inserts | updates | deletes | last_event_ms |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| table | rows | inserts | updates | deletes | last_event_ms |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, info in tables.items():
         lines.append(
             f"| `{name}` | {info['rows']} | {info['inserts']} | {info['updates']} | {info['deletes']} | {info['last_event_ms']} |"
@@ -452,7 +471,14 @@ def readme(expected: dict[str, Any], landing: Landing) -> str:
         "",
     ]
     for day, daily in expected["daily"].items():
-        lines += [f"### `{day}` (as of `{daily['as_of']}`)", "", *_table_figures(daily["tables"]), "", _events_line(daily), ""]
+        lines += [
+            f"### `{day}` (as of `{daily['as_of']}`)",
+            "",
+            *_table_figures(daily["tables"]),
+            "",
+            _events_line(daily),
+            "",
+        ]
     lines += [
         "Rebuild it yourself:",
         "",
@@ -497,12 +523,16 @@ def stray_files(out: Path, rendered: dict[Path, str]) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=SAMPLE_DIR, help="sample_data directory to write")
-    parser.add_argument("--check", action="store_true", help="fail if the files on disk differ from a fresh render")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if the files on disk differ from a fresh render"
+    )
     args = parser.parse_args(argv)
     rendered = render(args.out)
     stray = stray_files(args.out, rendered)
     if args.check:
-        stale = [str(p) for p, text in rendered.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+        stale = [
+            str(p) for p, text in rendered.items() if not p.exists() or p.read_text(encoding="utf-8") != text
+        ]
         stale += [f"{p} (not made by the script any more)" for p in stray]
         if stale:
             print("stale sample data (run scripts/make_sample_data.py):", *stale, sep="\n  ", file=sys.stderr)

@@ -30,7 +30,11 @@ def airflow_db() -> None:
 def spark():
     from airflow_cdc_provider.jobs.session import build_session
 
-    session = build_session(master="local[2]", app_name="airflow-cdc-provider-tests", extra_conf={"spark.sql.shuffle.partitions": "4"})
+    session = build_session(
+        master="local[2]",
+        app_name="airflow-cdc-provider-tests",
+        extra_conf={"spark.sql.shuffle.partitions": "4"},
+    )
     yield session
     session.stop()
 
@@ -50,8 +54,18 @@ def replay(spark, tmp_path):
 
     counter = {"n": 0}
 
-    def run(fmt: str, inputs, as_of: str | int = "2100-01-01T00:00:00Z", *, key=(), tables=(), on_error="quarantine",
-            with_metadata=False, output=None, **decode_kwargs):
+    def run(
+        fmt: str,
+        inputs,
+        as_of: str | int = "2100-01-01T00:00:00Z",
+        *,
+        key=(),
+        tables=(),
+        on_error="quarantine",
+        with_metadata=False,
+        output=None,
+        **decode_kwargs,
+    ):
         counter["n"] += 1
         out = Path(output) if output else tmp_path / f"out{counter['n']}"
         if isinstance(inputs, (str, Path)):
@@ -76,7 +90,9 @@ def replay(spark, tmp_path):
 
 def assert_events_add_up(metrics: dict) -> None:
     ev = metrics["events"]
-    assert ev["read"] == ev["applied"] + ev["after_as_of"] + ev["ignored"] + ev["duplicates"] + ev["quarantined"], ev
+    assert (
+        ev["read"] == ev["applied"] + ev["after_as_of"] + ev["ignored"] + ev["duplicates"] + ev["quarantined"]
+    ), ev
 
 
 def write_jsonl(path: Path, records: list) -> Path:
@@ -94,7 +110,9 @@ def decode_events(spark, fmt: str, paths, **options) -> list[dict]:
 
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    df = get_decoder(fmt).decode(spark, list_landed_files(spark, [str(p) for p in paths]), DecodeOptions(**options))
+    df = get_decoder(fmt).decode(
+        spark, list_landed_files(spark, [str(p) for p in paths]), DecodeOptions(**options)
+    )
     out = []
     for row in df.orderBy("file", "file_pos", "sub_pos").collect():
         d = row.asDict()

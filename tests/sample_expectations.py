@@ -21,7 +21,9 @@ def row_counts(expected: dict[str, Any]) -> dict[str, int]:
     return {name: info["rows"] for name, info in expected["tables"].items()}
 
 
-def assert_metrics_match(metrics: dict[str, Any], expected: dict[str, Any], output: Path, *, incremental: bool = False) -> None:
+def assert_metrics_match(
+    metrics: dict[str, Any], expected: dict[str, Any], output: Path, *, incremental: bool = False
+) -> None:
     """The job's metrics (XCom and file) and its Parquet rows are exactly the expected ones.
 
     ``incremental``: the run started from a base, so it read (and counts) only the events after it;
@@ -31,7 +33,9 @@ def assert_metrics_match(metrics: dict[str, Any], expected: dict[str, Any], outp
 
     assert metrics == json.loads((output / "_cdc_metrics.json").read_text(encoding="utf-8"))
     assert (metrics["format"], metrics["as_of"], metrics["as_of_ms"]) == (
-        expected["format"], expected["as_of"], expected["as_of_ms"]
+        expected["format"],
+        expected["as_of"],
+        expected["as_of_ms"],
     )
     assert metrics["output"] == f"file:{output}"
     assert metrics["mode"] == ("incremental" if incremental else "full")
@@ -40,7 +44,9 @@ def assert_metrics_match(metrics: dict[str, Any], expected: dict[str, Any], outp
         assert metrics["events"]["read"] == sum(v for k, v in metrics["events"].items() if k != "read")
     else:
         assert (metrics["rows"], metrics["events"], metrics["ignored"]) == (
-            expected["rows"], expected["events"], expected["ignored"]
+            expected["rows"],
+            expected["events"],
+            expected["ignored"],
         )
     figures = ("rows", "last_event_ms") if incremental else TABLE_FIGURES  # (ins/upd/del: this run's events)
     got_tables = {name: {k: info[k] for k in figures} for name, info in metrics["tables"].items()}

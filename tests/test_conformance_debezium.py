@@ -45,7 +45,9 @@ def test_flink_debezium_files(replay, spark, name, table):
     expected = _expected(name)
     assert list(tables) == [table]
     columns = ["id", "name", "description", "weight"]
-    schema = {f.name: f.dataType.simpleString() for f in spark.read.parquet(metrics["tables"][table]["path"]).schema}
+    schema = {
+        f.name: f.dataType.simpleString() for f in spark.read.parquet(metrics["tables"][table]["path"]).schema
+    }
     floats = [c for c, t in schema.items() if t == "float"]
     assert _normalise(tables[table], columns, floats) == _normalise(expected["rows"], columns, floats)
     assert metrics["rows"] == expected["row_count"] == 10
@@ -63,7 +65,11 @@ def test_flink_postgres_replica_identity_default_quarantines_the_keyless_delete(
     assert metrics["quarantine"]["reasons"] == {"key unknown: delete with neither before nor after image": 1}
     assert metrics["events"]["quarantined"] == 1
     assert_events_add_up(metrics)
-    quarantined = [json.loads(l) for p in (tmp_path / "out1" / "_quarantine").glob("part-*") for l in p.read_text().splitlines()]
+    quarantined = [
+        json.loads(line)
+        for p in (tmp_path / "out1" / "_quarantine").glob("part-*")
+        for line in p.read_text().splitlines()
+    ]
     assert len(quarantined) == 1
     assert quarantined[0]["file"].endswith("debezium-postgres-data-replica-identity.txt")
     assert quarantined[0]["line"] == 16
@@ -74,9 +80,19 @@ def test_flink_postgres_replica_identity_default_quarantines_the_keyless_delete(
 @pytest.mark.parametrize("name", ["serde-with-schema.json", "serde-without-schema.json"])
 def test_debezium_serde_pretty_printed_documents(replay, name):
     metrics, tables = replay("debezium-json", CONFORMANCE / "debezium" / name, key="id")
-    assert tables == {"inventory.customers": [
-        {"id": 1004, "first_name": "Anne", "last_name": "Kretchmar", "email": "annek@noanswer.org"}]}
-    assert metrics["events"] == {"read": 1, "applied": 1, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    assert tables == {
+        "inventory.customers": [
+            {"id": 1004, "first_name": "Anne", "last_name": "Kretchmar", "email": "annek@noanswer.org"}
+        ]
+    }
+    assert metrics["events"] == {
+        "read": 1,
+        "applied": 1,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
 
 
 def test_paimon_schema_evolution_files_in_order(replay):

@@ -12,8 +12,9 @@ import sys
 import pendulum
 
 from tests import airflow_env
-from airflow_cdc_provider.sample_data import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
 from tests.sample_expectations import EXPECTED, assert_metrics_match, row_counts
+
+from airflow_cdc_provider.sample_data import SAMPLE_AS_OF, SAMPLE_LANDING, SAMPLE_TABLE
 
 EXAMPLE_DAG_IDS = ["cdc_backfill_snapshots", "cdc_daily_snapshot", "cdc_point_in_time_snapshot"]
 
@@ -24,7 +25,9 @@ def example_dag(dag_id: str):
 
 def test_bundled_sample_is_what_the_generator_makes():
     script = airflow_env.REPO / "scripts" / "make_sample_data.py"
-    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -93,12 +96,21 @@ def test_daily_dag_waits_in_the_triggerer_then_rebuilds_its_day(airflow_db, tmp_
 
 def test_backfill_dag_runs_rebuild_each_their_own_day(airflow_db, tmp_path):
     dag = example_dag("cdc_backfill_snapshots")
-    for day, run_at in (("2024-09-01", pendulum.datetime(2024, 9, 2, tz="UTC")), ("2024-09-02", pendulum.datetime(2024, 9, 3, tz="UTC"))):
+    for day, run_at in (
+        ("2024-09-01", pendulum.datetime(2024, 9, 2, tz="UTC")),
+        ("2024-09-02", pendulum.datetime(2024, 9, 3, tz="UTC")),
+    ):
         dag_run = dag.test(logical_date=run_at, run_conf={"snapshot_root": str(tmp_path)})
 
-        assert airflow_env.task_states(dag_run) == {"wait_for_next_partition": "success", "rebuild_day": "success"}, day
+        assert airflow_env.task_states(dag_run) == {
+            "wait_for_next_partition": "success",
+            "rebuild_day": "success",
+        }, day
         next_day = run_at.strftime("%Y-%m-%d")
-        assert airflow_env.xcom_return_value(dag_run, "wait_for_next_partition")["seen"] == f"partition dt={next_day} exists"
+        assert (
+            airflow_env.xcom_return_value(dag_run, "wait_for_next_partition")["seen"]
+            == f"partition dt={next_day} exists"
+        )
         metrics = airflow_env.xcom_return_value(dag_run, "rebuild_day")
         # The first day has no previous snapshot to start from; the second starts from the first.
         chained = day == "2024-09-02"
@@ -112,9 +124,10 @@ def test_backfill_dag_runs_rebuild_each_their_own_day(airflow_db, tmp_path):
             )
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dt=2024-09-01", "dt=2024-09-02"]
-    assert [e["as_of"] for e in airflow_env.asset_event_extras("x-cdc-snapshot://cdc_backfill_snapshots/rebuild_day")[-2:]] == [
-        "2024-09-02T00:00:00+00:00", "2024-09-03T00:00:00+00:00"
-    ]
+    assert [
+        e["as_of"]
+        for e in airflow_env.asset_event_extras("x-cdc-snapshot://cdc_backfill_snapshots/rebuild_day")[-2:]
+    ] == ["2024-09-02T00:00:00+00:00", "2024-09-03T00:00:00+00:00"]
 
 
 def test_point_in_time_dag_rebuilds_the_table_and_instant_from_its_params(airflow_db, tmp_path):

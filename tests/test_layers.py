@@ -141,7 +141,9 @@ def test_imports_point_down_the_layers(module):
     layer = _layer(module)
     project, _ = _direct(module)
     wrong = sorted(m for m in project if _layer(m) not in ALLOWED[layer])
-    assert wrong == [], f"{module} ({layer}) imports {wrong}; {layer} may import only {sorted(ALLOWED[layer])}"
+    assert wrong == [], (
+        f"{module} ({layer}) imports {wrong}; {layer} may import only {sorted(ALLOWED[layer])}"
+    )
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) in FORBIDDEN))

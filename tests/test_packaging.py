@@ -21,11 +21,20 @@ def test_pyspark_python_package_matches_the_jvm(spark):
 
 
 def test_provider_entry_point_loads_and_lists_importable_modules():
-    ours = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_cdc_provider.")]
+    ours = [
+        ep
+        for ep in entry_points(group="apache_airflow_provider")
+        if ep.value.startswith("airflow_cdc_provider.")
+    ]
     assert [ep.value for ep in ours] == ["airflow_cdc_provider.get_provider_info:get_provider_info"]
     info = ours[0].load()()
     assert info["package-name"] == "airflow-cdc-provider"
-    modules = [m for section in ("hooks", "operators", "sensors", "triggers") for item in info[section] for m in item["python-modules"]]
+    modules = [
+        m
+        for section in ("hooks", "operators", "sensors", "triggers")
+        for item in info[section]
+        for m in item["python-modules"]
+    ]
     assert modules == [
         "airflow_cdc_provider.hooks.cdc_replay",
         "airflow_cdc_provider.operators.snapshot",
@@ -46,6 +55,8 @@ def test_airflow_providers_manager_accepts_the_provider():
 
 def test_cdc_replay_formats_runs():
     script = Path(sys.executable).parent / "cdc-replay"
-    result = subprocess.run([str(script), "formats"], capture_output=True, text=True, check=False, timeout=120)
+    result = subprocess.run(
+        [str(script), "formats"], capture_output=True, text=True, check=False, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "debezium-json" in result.stdout

@@ -39,6 +39,7 @@ ON_ERROR_CHOICES = ("quarantine", "fail")
 DEFAULT_ON_ERROR = "quarantine"
 DEFAULT_MASTER = "local[*]"
 
+
 def _as_list(name: str, value: str | os.PathLike | Iterable[str] | None) -> list[str]:
     """Accept one value or a list of them (templated fields may render either)."""
     if value is None:
@@ -85,7 +86,9 @@ def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[st
         "lateness": _checked("lateness", lateness),
     }
     try:
-        PartitionPruning(values["partitions"], values["partition_timezone"], parse_duration_ms(values["lateness"]))
+        PartitionPruning(
+            values["partitions"], values["partition_timezone"], parse_duration_ms(values["lateness"])
+        )
     except ValueError as exc:
         raise CdcJobArgumentError(str(exc)) from None
     return values
@@ -134,7 +137,9 @@ class SnapshotArgs:
         """Validate loose operator values (a path or a list, datetime or text) into a request."""
         fmt = _checked("source_format", source_format)
         if fmt not in FORMAT_NAMES:
-            raise CdcJobArgumentError(f"unknown source_format {fmt!r}; known formats: {', '.join(FORMAT_NAMES)}")
+            raise CdcJobArgumentError(
+                f"unknown source_format {fmt!r}; known formats: {', '.join(FORMAT_NAMES)}"
+            )
         inputs = _as_list("input_paths", input_paths)
         if not inputs:
             raise CdcJobArgumentError("input_paths must name at least one path")
@@ -172,9 +177,11 @@ class SnapshotArgs:
             args.append("--with-metadata")
         if self.binary_as_text:
             args.append("--binary-as-text")
-        for option, value, default in (("--partitions", self.partitions, DEFAULT_PARTITIONS),
-                                       ("--lateness", self.lateness, DEFAULT_LATENESS),
-                                       ("--partition-timezone", self.partition_timezone, DEFAULT_PARTITION_TIMEZONE)):
+        for option, value, default in (
+            ("--partitions", self.partitions, DEFAULT_PARTITIONS),
+            ("--lateness", self.lateness, DEFAULT_LATENESS),
+            ("--partition-timezone", self.partition_timezone, DEFAULT_PARTITION_TIMEZONE),
+        ):
             if value != default:
                 args += [option, value]
         if self.base_path:
@@ -222,33 +229,88 @@ class SnapshotArgs:
 
 def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool = False) -> None:
     """The options of ``cdc-replay snapshot``, as ``SnapshotArgs`` reads and writes them."""
-    parser.add_argument("--format", required=True, dest="source_format", choices=FORMAT_NAMES, metavar="FORMAT",
-                        help="source format; see `cdc-replay formats`")
-    parser.add_argument("--input", required=True, action="append", dest="inputs", metavar="PATH",
-                        help="landed files: a file, a folder (read recursively) or a glob; repeatable")
-    parser.add_argument("--as-of", required=True, help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms")
-    parser.add_argument("--output", required=True, help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/")
-    parser.add_argument("--key", action="append", default=[], metavar="COL[,COL...]",
-                        help="key columns when records do not name them; TABLE=COL,... for one table; repeatable")
-    parser.add_argument("--table", action="append", default=[], dest="tables", metavar="NAME",
-                        help="only these tables (qualified or bare name); for qlik-json without table fields, the table the files hold")
+    parser.add_argument(
+        "--format",
+        required=True,
+        dest="source_format",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help="source format; see `cdc-replay formats`",
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        action="append",
+        dest="inputs",
+        metavar="PATH",
+        help="landed files: a file, a folder (read recursively) or a glob; repeatable",
+    )
+    parser.add_argument(
+        "--as-of", required=True, help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms"
+    )
+    parser.add_argument(
+        "--output", required=True, help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/"
+    )
+    parser.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="COL[,COL...]",
+        help="key columns when records do not name them; TABLE=COL,... for one table; repeatable",
+    )
+    parser.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        dest="tables",
+        metavar="NAME",
+        help="only these tables (qualified or bare name); for qlik-json without table fields, the table the files hold",
+    )
     if with_master:
-        parser.add_argument("--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})")
-    parser.add_argument("--on-error", choices=ON_ERROR_CHOICES, default=DEFAULT_ON_ERROR,
-                        help="records that cannot be decoded: set aside in _quarantine/ (default) or fail the job")
-    parser.add_argument("--with-metadata", action="store_true", help="add _cdc_op, _cdc_event_ts, _cdc_position columns")
-    parser.add_argument("--binary-as-text", action="store_true", help="decode Lindorm HBase Base64 values as UTF-8 text")
-    parser.add_argument("--partitions", default=DEFAULT_PARTITIONS, metavar="auto|none|PATTERN",
-                        help="time partitions of the landing: auto (hive dt=/date=/ds= and hour=/hr= folders, the default), "
-                             "none, or a strftime folder pattern such as %%Y/%%m/%%d/%%H; partitions starting after "
-                             "AS OF + --lateness are not read")
-    parser.add_argument("--partition-timezone", default=DEFAULT_PARTITION_TIMEZONE,
-                        help=f"time zone the partition folders are named in (default {DEFAULT_PARTITION_TIMEZONE})")
-    parser.add_argument("--lateness", default=DEFAULT_LATENESS,
-                        help=f"how late an event may land after its time: 30m, 1h, 2d (default {DEFAULT_LATENESS})")
-    parser.add_argument("--base", metavar="DIR",
-                        help="an earlier output written with --keep-state: apply only the events after its AS OF "
-                             "(falls back to a full rebuild, and says why in the metrics, when that could differ)")
-    parser.add_argument("--keep-state", action="store_true",
-                        help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)")
-    parser.add_argument("--error-file", help=argparse.SUPPRESS)  # the operator reads the job's own error from here
+        parser.add_argument(
+            "--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})"
+        )
+    parser.add_argument(
+        "--on-error",
+        choices=ON_ERROR_CHOICES,
+        default=DEFAULT_ON_ERROR,
+        help="records that cannot be decoded: set aside in _quarantine/ (default) or fail the job",
+    )
+    parser.add_argument(
+        "--with-metadata", action="store_true", help="add _cdc_op, _cdc_event_ts, _cdc_position columns"
+    )
+    parser.add_argument(
+        "--binary-as-text", action="store_true", help="decode Lindorm HBase Base64 values as UTF-8 text"
+    )
+    parser.add_argument(
+        "--partitions",
+        default=DEFAULT_PARTITIONS,
+        metavar="auto|none|PATTERN",
+        help="time partitions of the landing: auto (hive dt=/date=/ds= and hour=/hr= folders, the default), "
+        "none, or a strftime folder pattern such as %%Y/%%m/%%d/%%H; partitions starting after "
+        "AS OF + --lateness are not read",
+    )
+    parser.add_argument(
+        "--partition-timezone",
+        default=DEFAULT_PARTITION_TIMEZONE,
+        help=f"time zone the partition folders are named in (default {DEFAULT_PARTITION_TIMEZONE})",
+    )
+    parser.add_argument(
+        "--lateness",
+        default=DEFAULT_LATENESS,
+        help=f"how late an event may land after its time: 30m, 1h, 2d (default {DEFAULT_LATENESS})",
+    )
+    parser.add_argument(
+        "--base",
+        metavar="DIR",
+        help="an earlier output written with --keep-state: apply only the events after its AS OF "
+        "(falls back to a full rebuild, and says why in the metrics, when that could differ)",
+    )
+    parser.add_argument(
+        "--keep-state",
+        action="store_true",
+        help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)",
+    )
+    parser.add_argument(
+        "--error-file", help=argparse.SUPPRESS
+    )  # the operator reads the job's own error from here

@@ -62,7 +62,9 @@ def normalise_as_of(value: str | int | datetime) -> str:
             f"milliseconds, got {text!r}"
         ) from None
     if parsed.tzinfo is None:
-        raise CdcJobArgumentError(f"as_of must carry a UTC offset (e.g. {text}+00:00 or {text}Z), got {text!r}")
+        raise CdcJobArgumentError(
+            f"as_of must carry a UTC offset (e.g. {text}+00:00 or {text}Z), got {text!r}"
+        )
     return text
 
 

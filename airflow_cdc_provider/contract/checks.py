@@ -21,7 +21,9 @@ def _checked(name: str, value: Any) -> str:
     if not value.strip():
         raise CdcJobArgumentError(f"{name} must not be empty")
     if value.startswith("-"):
-        raise CdcJobArgumentError(f"{name} must not start with '-' (it would be read as an option): {value!r}")
+        raise CdcJobArgumentError(
+            f"{name} must not start with '-' (it would be read as an option): {value!r}"
+        )
     if any(ch in value for ch in _FORBIDDEN_CHARS):
         raise CdcJobArgumentError(f"{name} must not contain line breaks or NUL characters: {value!r}")
     return value

@@ -35,8 +35,15 @@ _DIRECTIVES = re.compile(r"(%[A-Za-z])+")
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1000}
 # Finest strftime directive of a pattern -> how long one partition lasts.
-_STEP_OF_DIRECTIVE = (("%S", "second"), ("%M", "minute"), ("%H", "hour"), ("%d", "day"), ("%j", "day"),
-                      ("%m", "month"), ("%Y", "year"))
+_STEP_OF_DIRECTIVE = (
+    ("%S", "second"),
+    ("%M", "minute"),
+    ("%H", "hour"),
+    ("%d", "day"),
+    ("%j", "day"),
+    ("%m", "month"),
+    ("%Y", "year"),
+)
 
 
 class LandedPath(Protocol):
@@ -59,7 +66,11 @@ class PartitionLayout:
 
     def __post_init__(self) -> None:
         parts = self.pattern.split("/")
-        if "%Y" not in self.pattern or self.pattern.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        if (
+            "%Y" not in self.pattern
+            or self.pattern.startswith("/")
+            or any(p in ("", ".", "..") for p in parts)
+        ):
             raise PartitionLayoutError(
                 f"partition_pattern must be a relative strftime pattern containing %Y, e.g. "
                 f"'dt=%Y-%m-%d/hour=%H' or '%Y/%m/%d', got {self.pattern!r}"
@@ -105,8 +116,15 @@ def _step(start: datetime, unit: str) -> datetime:
         return start.replace(year=start.year + 1)
     if unit == "month":
         return start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
-    return start + {"second": timedelta(seconds=1), "minute": timedelta(minutes=1),
-                    "hour": timedelta(hours=1), "day": timedelta(days=1)}[unit]
+    return (
+        start
+        + {
+            "second": timedelta(seconds=1),
+            "minute": timedelta(minutes=1),
+            "hour": timedelta(hours=1),
+            "day": timedelta(days=1),
+        }[unit]
+    )
 
 
 def _ms(moment: datetime) -> int:
@@ -164,7 +182,9 @@ class PartitionPruning:
                 continue
             digits = day["day"].replace("-", "")
             try:
-                start = datetime(int(digits[:4]), int(digits[4:6]), int(digits[6:]), tzinfo=ZoneInfo(self.timezone))
+                start = datetime(
+                    int(digits[:4]), int(digits[4:6]), int(digits[6:]), tzinfo=ZoneInfo(self.timezone)
+                )
                 hour = HIVE_HOUR.match(folders[i + 1]) if i + 1 < len(folders) else None
                 if hour:
                     start = start.replace(hour=int(hour["hour"]))
@@ -178,5 +198,7 @@ class PartitionPruning:
         read, skipped = [], []
         for landed in files:
             window = self.window(landed)
-            (skipped if window is not None and window[0] > as_of_ms + self.lateness_ms else read).append(landed)
+            (skipped if window is not None and window[0] > as_of_ms + self.lateness_ms else read).append(
+                landed
+            )
         return read, skipped

@@ -25,9 +25,33 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
+from airflow_cdc_provider.formats.events import (
+    IGNORED_DDL,
+    IGNORED_HEARTBEAT,
+    IGNORED_TOMBSTONE,
+    IGNORED_TRANSACTION,
+    IMAGE_TYPE,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+    plan_barrier,
+)
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
@@ -51,20 +75,51 @@ RECORD_SCHEMA = StructType(
     ]
 )
 
-_ROW_OPS = {"INSERT": ev.OP_INSERT, "UPDATE": ev.OP_UPDATE, "DELETE": ev.OP_DELETE, "INIT": ev.OP_READ}
+_ROW_OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE, "INIT": OP_READ}
 _TRUNCATE = "TRUNCATE"
 _DDL_TYPES = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX", "DDL")
 _HEARTBEAT_TYPES = ("MHEARTBEAT", "HEARTBEAT")
 _TRANSACTION_TYPES = ("GTID", "XACOMMIT", "XAROLLBACK", "BEGIN", "COMMIT", "ROLLBACK")
 
 # MySQL type names (lower case, without length) -> Spark type; the integer ones widen when unsigned.
-_MYSQL_SIGNED = {"tinyint": "tinyint", "smallint": "smallint", "mediumint": "int", "int": "int", "integer": "int", "bigint": "bigint"}
-_MYSQL_UNSIGNED = {"tinyint": "smallint", "smallint": "int", "mediumint": "int", "int": "bigint", "integer": "bigint", "bigint": "decimal(20,0)"}
+_MYSQL_SIGNED = {
+    "tinyint": "tinyint",
+    "smallint": "smallint",
+    "mediumint": "int",
+    "int": "int",
+    "integer": "int",
+    "bigint": "bigint",
+}
+_MYSQL_UNSIGNED = {
+    "tinyint": "smallint",
+    "smallint": "int",
+    "mediumint": "int",
+    "int": "bigint",
+    "integer": "bigint",
+    "bigint": "decimal(20,0)",
+}
 _MYSQL_PLAIN = {
     **{t: "double" for t in ("double", "double precision", "real")},
     **{t: "boolean" for t in ("bool", "boolean")},
-    **{t: "string" for t in ("char", "varchar", "character", "character varying", "nchar", "nvarchar", "tinytext",
-                             "text", "mediumtext", "longtext", "enum", "set", "json", "time")},
+    **{
+        t: "string"
+        for t in (
+            "char",
+            "varchar",
+            "character",
+            "character varying",
+            "nchar",
+            "nvarchar",
+            "tinytext",
+            "text",
+            "mediumtext",
+            "longtext",
+            "enum",
+            "set",
+            "json",
+            "time",
+        )
+    },
     **{t: "binary" for t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")},
     "date": "date",
     "datetime": "timestamp",
@@ -74,9 +129,21 @@ _MYSQL_PLAIN = {
 _DECIMAL_NAMES = ("decimal", "numeric", "dec", "fixed")
 # java.sql.Types codes (sqlType) -> Spark type, for columns whose mysqlType is missing or unknown.
 _JDBC = {
-    "-7": "boolean", "16": "boolean", "-6": "tinyint", "5": "smallint", "4": "int", "-5": "bigint", "7": "float",
-    "6": "double", "8": "double", "2": "decimal(38,10)", "3": "decimal(38,10)", "91": "date", "93": "timestamp",
-    "2014": "timestamp", **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
+    "-7": "boolean",
+    "16": "boolean",
+    "-6": "tinyint",
+    "5": "smallint",
+    "4": "int",
+    "-5": "bigint",
+    "7": "float",
+    "6": "double",
+    "8": "double",
+    "2": "decimal(38,10)",
+    "3": "decimal(38,10)",
+    "91": "date",
+    "93": "timestamp",
+    "2014": "timestamp",
+    **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
 }
 # ALTER TABLE ... ADD [COLUMN] name type: names that start a constraint or an index are not columns.
 _EMPTY_TEXT_MAP = "map<string,string>"
@@ -99,7 +166,9 @@ def mysql_spark_type(mysql_type: Column) -> Column:
     second = F.regexp_extract(low, r"\(\s*\d+\s*,\s*(\d+)", 1).try_cast("int")
     precision = F.least(F.coalesce(first, F.lit(10)), F.lit(38))
     scale = F.least(F.coalesce(second, F.lit(0)), precision)
-    integral = F.when(low.contains("unsigned"), _lookup(_MYSQL_UNSIGNED, base)).otherwise(_lookup(_MYSQL_SIGNED, base))
+    integral = F.when(low.contains("unsigned"), _lookup(_MYSQL_UNSIGNED, base)).otherwise(
+        _lookup(_MYSQL_SIGNED, base)
+    )
     return (
         F.when(base.isin(*_DECIMAL_NAMES), F.format_string("decimal(%d,%d)", precision, scale))
         # FLOAT(p) with p > 24 is a double in MySQL; FLOAT(M,D) stays single precision.
@@ -121,7 +190,9 @@ def declared_types(mysql_types: Column, sql_types: Column) -> Column:
     empty = F.create_map().cast(_EMPTY_TEXT_MAP)
     from_mysql = F.transform_values(
         F.coalesce(mysql_types, empty),
-        lambda k, t: F.coalesce(mysql_spark_type(t), jdbc_spark_type(F.try_element_at(sql_types, k)), F.lit("string")),
+        lambda k, t: F.coalesce(
+            mysql_spark_type(t), jdbc_spark_type(F.try_element_at(sql_types, k)), F.lit("string")
+        ),
     )
     only_jdbc = F.transform_values(
         F.map_filter(F.coalesce(sql_types, empty), lambda k, c: ~F.map_contains_key(from_mysql, k)),
@@ -186,8 +257,8 @@ class CanalJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        records = ev.plan_barrier(self._records(parsed))
-        typed = ev.plan_barrier(self._typed(records))
+        records = plan_barrier(self._records(parsed))
+        typed = plan_barrier(self._typed(records))
         return self._events(self._classified(typed))
 
     @staticmethod
@@ -198,7 +269,7 @@ class CanalJsonDecoder(Decoder):
         is_ddl = F.coalesce(F.lower(F.trim(j["isDdl"])) == "true", F.lit(False))
         op = F.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
-        old_layout = (op == ev.OP_DELETE) & _absent(j["data"]) & ~_absent(j["old"])
+        old_layout = (op == OP_DELETE) & _absent(j["data"]) & ~_absent(j["old"])
         is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)
         return parsed.select(
             "file",
@@ -216,7 +287,7 @@ class CanalJsonDecoder(Decoder):
             j["es"].try_cast("bigint").alias("es"),
             j["id"].try_cast("bigint").alias("message_id"),
             F.when(old_layout, j["old"]).otherwise(j["data"]).alias("rows_source"),
-            F.when((op == ev.OP_UPDATE) & ~old_layout, j["old"]).alias("old_source"),
+            F.when((op == OP_UPDATE) & ~old_layout, j["old"]).alias("old_source"),
             # A DDL's own "declared types" are the columns it adds.
             F.when(is_ddl_event, added_columns(j["sql"])).otherwise(j["mysqlType"]).alias("mysql_types"),
             F.when(~is_ddl_event, j["sqlType"]).alias("sql_types"),
@@ -239,38 +310,49 @@ class CanalJsonDecoder(Decoder):
             F.transform("old_texts", lambda m: typed_image(m, types)).alias("old_typed"),
         )
         failed = lambda texts, typed: F.exists(  # noqa: E731
-            F.zip_with(texts, typed, lambda a, b: F.coalesce(failed_conversions(a, b), F.lit(False))), lambda x: x
+            F.zip_with(texts, typed, lambda a, b: F.coalesce(failed_conversions(a, b), F.lit(False))),
+            lambda x: x,
         )
         return staged.select(
             "*",
-            (F.coalesce(failed("row_texts", "row_typed"), F.lit(False))
-             | F.coalesce(failed("old_texts", "old_typed"), F.lit(False))).alias("conversion_failed"),
+            (
+                F.coalesce(failed("row_texts", "row_typed"), F.lit(False))
+                | F.coalesce(failed("old_texts", "old_typed"), F.lit(False))
+            ).alias("conversion_failed"),
         )
 
     @staticmethod
     def _classified(typed: DataFrame) -> DataFrame:
         kind_type, op, table = F.col("kind_type"), F.col("op"), F.col("table")
         truncate = kind_type == _TRUNCATE
-        kind, reason = ev.classify(
-            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
-            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
-            (truncate & table.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
-            (truncate, ev.KIND_CHANGE, ""),
-            (F.col("is_ddl"), ev.KIND_IGNORED, ev.IGNORED_DDL),
-            (kind_type.isin(*_HEARTBEAT_TYPES), ev.KIND_IGNORED, ev.IGNORED_HEARTBEAT),
-            (kind_type.isin(*_TRANSACTION_TYPES), ev.KIND_IGNORED, ev.IGNORED_TRANSACTION),
-            (kind_type.isNull() | (kind_type == ""), ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
-            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
-            (table.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
-            (F.col("es_text").isNotNull() & F.col("es").isNull(), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
-            (_not_rows(F.col("rows_source"), F.col("row_texts")) | _not_rows(F.col("old_source"), F.col("old_texts")),
-             ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
-            ((op == ev.OP_DELETE) & (F.coalesce(F.size("row_texts"), F.lit(0)) < 1), ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
-            (F.coalesce(F.size("row_texts"), F.lit(0)) < 1, ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
-            (F.col("conversion_failed"), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (truncate & table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (truncate, KIND_CHANGE, ""),
+            (F.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
+            (kind_type.isin(*_HEARTBEAT_TYPES), KIND_IGNORED, IGNORED_HEARTBEAT),
+            (kind_type.isin(*_TRANSACTION_TYPES), KIND_IGNORED, IGNORED_TRANSACTION),
+            (kind_type.isNull() | (kind_type == ""), KIND_QUARANTINED, Q_MISSING_OP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (F.col("es_text").isNotNull() & F.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (
+                _not_rows(F.col("rows_source"), F.col("row_texts"))
+                | _not_rows(F.col("old_source"), F.col("old_texts")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
+            (
+                (op == OP_DELETE) & (F.coalesce(F.size("row_texts"), F.lit(0)) < 1),
+                KIND_QUARANTINED,
+                Q_KEY_UNKNOWN,
+            ),
+            (F.coalesce(F.size("row_texts"), F.lit(0)) < 1, KIND_QUARANTINED, Q_MISSING_IMAGE),
+            (F.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
         )
         reason = F.when(reason == "<bad>", F.col("bad")).when(reason == "", F.lit(None)).otherwise(reason)
-        op = F.when(kind == ev.KIND_CHANGE, F.when(truncate, F.lit(ev.OP_TRUNCATE)).otherwise(op))
+        op = F.when(kind == KIND_CHANGE, F.when(truncate, F.lit(OP_TRUNCATE)).otherwise(op))
         return typed.select("*", kind.alias("kind"), reason.alias("reason"), op.alias("event_op")).drop("op")
 
     @staticmethod
@@ -278,32 +360,38 @@ class CanalJsonDecoder(Decoder):
         """One event per row of a decoded row change (``sub_pos`` = row index), one for anything else."""
         op = F.col("event_op")
         old_typed = F.col("old_typed")
-        empty = F.create_map().cast(ev.IMAGE_TYPE)
+        empty = F.create_map().cast(IMAGE_TYPE)
 
         def images(row: Column, i: Column) -> Column:
             old = F.coalesce(F.try_element_at(old_typed, i + 1), empty)
-            before = F.when(op == ev.OP_DELETE, row).when(op == ev.OP_UPDATE, _overlay(row, old))
-            return F.struct(before.alias("before"), F.when(op != ev.OP_DELETE, row).alias("after"))
+            before = F.when(op == OP_DELETE, row).when(op == OP_UPDATE, _overlay(row, old))
+            return F.struct(before.alias("before"), F.when(op != OP_DELETE, row).alias("after"))
 
-        row_change = (F.col("kind") == ev.KIND_CHANGE) & (op != ev.OP_TRUNCATE)
-        no_row = F.array(F.struct(F.lit(None).cast(ev.IMAGE_TYPE).alias("before"), F.lit(None).cast(ev.IMAGE_TYPE).alias("after")))
+        row_change = (F.col("kind") == KIND_CHANGE) & (op != OP_TRUNCATE)
+        no_row = F.array(
+            F.struct(
+                F.lit(None).cast(IMAGE_TYPE).alias("before"), F.lit(None).cast(IMAGE_TYPE).alias("after")
+            )
+        )
         per_row = F.when(row_change, F.transform("row_typed", images)).otherwise(no_row)
         exploded = classified.select("*", F.posexplode(per_row).alias("sub_pos", "image"))
-        ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
+        ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
         return exploded.select(
-            *ev.canonical(
+            *canonical(
                 table=F.col("table"),
                 kind=F.col("kind"),
                 op=op,
                 reason=F.col("reason"),
                 event_ms=F.col("es"),
-                log_pos=F.when(F.col("es").isNotNull(), F.array_compact(F.array(F.col("es"), F.col("message_id")))),
+                log_pos=F.when(
+                    F.col("es").isNotNull(), F.array_compact(F.array(F.col("es"), F.col("message_id")))
+                ),
                 sub_pos=F.col("sub_pos"),
                 before=F.when(ddl, F.col("dropped")).otherwise(F.col("image.before")),
                 after=F.col("image.after"),
                 partial=F.lit(False),
                 key_cols=F.col("key_cols"),
-                types=F.when(ddl | (F.col("kind") == ev.KIND_CHANGE), F.col("types")),
+                types=F.when(ddl | (F.col("kind") == KIND_CHANGE), F.col("types")),
                 file=F.col("file"),
                 file_pos=F.col("file_pos"),
                 line=F.col("line"),

@@ -31,8 +31,26 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.events import (
+    IGNORED_HEARTBEAT,
+    IGNORED_TOMBSTONE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_UPDATE,
+    Q_BAD_BASE64,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+)
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
     ENVELOPE_SCHEMA,
@@ -65,7 +83,7 @@ RECORD_SCHEMA = StructType(
     ]
 )
 
-_OPS = {"INSERT": ev.OP_INSERT, "UPDATE": ev.OP_UPDATE, "DELETE": ev.OP_DELETE}
+_OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 
 
 def _payload() -> Column:
@@ -143,7 +161,8 @@ class CdlJsonDecoder(Decoder):
         for name, canonical_op in _OPS.items():
             op = F.when(operation == name, F.lit(canonical_op)).otherwise(op)
         table = F.when(
-            F.trim(p["TABLE_NAME"]) != "", F.concat_ws(".", F.when(F.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"])
+            F.trim(p["TABLE_NAME"]) != "",
+            F.concat_ws(".", F.when(F.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
         )
         bad_value = (
             image_conversion_failed(data, F.col("_after_typed"), declared)
@@ -152,28 +171,36 @@ class CdlJsonDecoder(Decoder):
         )
         base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
         heartbeat = ~has_operation & data.isNull() & before.isNull() & p["HEARTBEAT_IDENTIFIER"].isNotNull()
-        kind, reason = ev.classify(
-            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
-            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
-            (heartbeat, ev.KIND_IGNORED, ev.IGNORED_HEARTBEAT),
-            (~has_operation, ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
-            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
-            (_not_object(p["data"]) | _not_object(p["before"]) | _not_object(p["unique"]), ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
-            (table.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
-            (bad_value & base64_codec, ev.KIND_QUARANTINED, ev.Q_BAD_BASE64),
-            (bad_value, ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
-            (op.isin(ev.OP_INSERT, ev.OP_UPDATE) & data.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
-            ((op == ev.OP_DELETE) & before.isNull() & data.isNull() & unique.isNull(), ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (heartbeat, KIND_IGNORED, IGNORED_HEARTBEAT),
+            (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (
+                _not_object(p["data"]) | _not_object(p["before"]) | _not_object(p["unique"]),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
+            (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
+            (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (op.isin(OP_INSERT, OP_UPDATE) & data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+            (
+                (op == OP_DELETE) & before.isNull() & data.isNull() & unique.isNull(),
+                KIND_QUARANTINED,
+                Q_KEY_UNKNOWN,
+            ),
         )
         reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
         # A delete names its row in `before`; failing that, in `data` or by its key values in `unique`.
         before_image = F.when(
-            op == ev.OP_DELETE, F.coalesce(F.col("_before_typed"), F.col("_after_typed"), F.col("_unique_typed"))
+            op == OP_DELETE, F.coalesce(F.col("_before_typed"), F.col("_after_typed"), F.col("_unique_typed"))
         ).otherwise(F.col("_before_typed"))
         key_cols = F.when(F.size(F.map_keys(unique)) > 0, F.map_keys(unique))
         properties = p["transaction"]["properties"]
         return df.select(
-            *ev.canonical(
+            *canonical(
                 table=table,
                 kind=kind,
                 op=op,
@@ -183,7 +210,7 @@ class CdlJsonDecoder(Decoder):
                 sub_pos=F.lit(0),
                 tx_id=_property(properties, "txId"),
                 before=before_image,
-                after=F.when(op != ev.OP_DELETE, F.col("_after_typed")),
+                after=F.when(op != OP_DELETE, F.col("_after_typed")),
                 partial=F.lit(False),
                 key_cols=key_cols,
                 types=F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"])),

@@ -97,7 +97,6 @@ BLOB_TYPES = {
 }
 
 
-
 def _strings(*names: str) -> StructType:
     return StructType([StructField(n, StringType()) for n in names])
 
@@ -184,7 +183,9 @@ def _spark_type(blob_type: Column) -> Column:
 def _declared_types(columns: Column) -> Column:
     """``name -> BLOB type`` from ``schema.dataColumn`` (first declaration of a name wins)."""
     names = F.transform(columns, lambda c: c["name"])
-    first = F.filter(columns, lambda c, i: c["name"].isNotNull() & (F.array_position(names, c["name"]) == i + 1))
+    first = F.filter(
+        columns, lambda c, i: c["name"].isNotNull() & (F.array_position(names, c["name"]) == i + 1)
+    )
     return F.map_from_entries(F.transform(first, lambda c: F.struct(c["name"], F.upper(F.trim(c["type"])))))
 
 
@@ -216,7 +217,16 @@ def _fields(parsed: DataFrame) -> DataFrame:
     )
     seq, event_ms = F.col("seq_text").try_cast("bigint"), F.col("event_text").try_cast("bigint")
     return extracted.select(
-        "file", "file_pos", "line", "text", "bad", "tombstone", "op", "table", "key_cols", "blob_types",
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        "bad",
+        "tombstone",
+        "op",
+        "table",
+        "key_cols",
+        "blob_types",
         seq.alias("seq"),
         (F.col("seq_text").isNotNull() & (F.col("seq_text") != "") & seq.isNull()).alias("seq_bad"),
         event_ms.alias("event_ms"),
@@ -233,7 +243,9 @@ def _typed_images(fields: DataFrame) -> DataFrame:
     def typed(text_map: Column) -> Column:
         return F.transform_values(text_map, lambda k, v: _typed_value(v, blob_types[k]))
 
-    spark_types = F.map_filter(F.transform_values(blob_types, lambda k, t: _spark_type(t)), lambda k, t: t.isNotNull())
+    spark_types = F.map_filter(
+        F.transform_values(blob_types, lambda k, t: _spark_type(t)), lambda k, t: t.isNotNull()
+    )
     return fields.select(
         "*",
         typed(F.col("before_text")).alias("before_typed"),
@@ -284,7 +296,16 @@ def _classified(staged: DataFrame) -> DataFrame:
     )
     read_bad = F.col("bad").isNotNull()
     return staged.select(
-        "file", "file_pos", "line", "text", "op", "table", "seq", "event_ms", "key_cols", "types",
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        "op",
+        "table",
+        "seq",
+        "event_ms",
+        "key_cols",
+        "types",
         F.when(read_bad, F.lit(KIND_QUARANTINED)).otherwise(kind).alias("kind"),
         F.when(read_bad, F.col("bad")).otherwise(reason).alias("reason"),
         row_typed.alias("row"),
@@ -296,12 +317,18 @@ def _events(fields: DataFrame) -> DataFrame:
     classified = _classified(_typed_images(fields))
     before_half = (F.col("reason") == IGNORED_UPDATE_BEFORE) & F.col("seq").isNotNull()
     after_half = (
-        (F.col("kind") == KIND_CHANGE) & F.col("op").isin(*_UPDATE_OPS) & F.col("own_before").isNull()
+        (F.col("kind") == KIND_CHANGE)
+        & F.col("op").isin(*_UPDATE_OPS)
+        & F.col("own_before").isNull()
         & F.col("seq").isNotNull()
     )
     paired = attach_before_images(
-        classified, before_half=before_half, after_half=after_half, group=[F.col("table"), F.col("seq")],
-        image=F.col("row"), order=F.struct("file", "file_pos"),
+        classified,
+        before_half=before_half,
+        after_half=after_half,
+        group=[F.col("table"), F.col("seq")],
+        image=F.col("row"),
+        order=F.struct("file", "file_pos"),
     )
     return paired.select(*canonical(**_canonical_columns()))
 
@@ -325,8 +352,9 @@ def _canonical_columns() -> dict[str, Column]:
         "event_ms": F.col("event_ms"),
         "log_pos": F.when(F.col("seq").isNotNull(), F.array(F.col("seq"))),
         "sub_pos": F.lit(0),
-        "before": F.when(is_change & (op == "DELETE"), F.col("row"))
-        .when(is_change & op.isin(*_UPDATE_OPS), F.coalesce(F.col("own_before"), F.col("paired_before"))),
+        "before": F.when(is_change & (op == "DELETE"), F.col("row")).when(
+            is_change & op.isin(*_UPDATE_OPS), F.coalesce(F.col("own_before"), F.col("paired_before"))
+        ),
         "after": F.when(is_change & op.isin(*_AFTER_OPS), F.col("row")),
         "partial": F.when(is_row, F.lit(False)),
         "key_cols": F.when(is_change, F.col("key_cols")),

@@ -73,8 +73,19 @@ METADATA_FIELDS = (SEQUENCE_ID, OPERATION_TYPE, EXECUTE_TIME, SOURCE_TABLE, BEFO
 
 _TUPLE_OPS = {"I": OP_INSERT, "U": OP_UPDATE, "D": OP_DELETE}
 # Parquet types the engine accepts in `types` (simpleString of the Spark type).
-_DECLARABLE_TYPES = ("tinyint", "smallint", "int", "bigint", "float", "double", "string", "boolean", "date",
-                     "timestamp", "binary")
+_DECLARABLE_TYPES = (
+    "tinyint",
+    "smallint",
+    "int",
+    "bigint",
+    "float",
+    "double",
+    "string",
+    "boolean",
+    "date",
+    "timestamp",
+    "binary",
+)
 # An epoch value at or above this is microseconds (DataHub's TIMESTAMP type), below it milliseconds.
 _MICROS_FROM = 10**14
 # One CSV field: a quoted field ("" escapes a quote) that ends the field, or anything up to the
@@ -82,8 +93,23 @@ _MICROS_FROM = 10**14
 _CSV_FIELD = r'(?:^|,)("(?:[^"]|"")*"(?=,|$)|[^,]*)'
 
 # Columns every landing reader hands to `_events`.
-_ROW_COLUMNS = ("file", "file_pos", "line", "raw", "bad", "tombstone", "seq", "op", "event_ms", "time_bad",
-                "source_table", "before_flag", "after_flag", "image", "types")
+_ROW_COLUMNS = (
+    "file",
+    "file_pos",
+    "line",
+    "raw",
+    "bad",
+    "tombstone",
+    "seq",
+    "op",
+    "event_ms",
+    "time_bad",
+    "source_table",
+    "before_flag",
+    "after_flag",
+    "image",
+    "types",
+)
 
 
 def is_metadata_column(name: str) -> bool:
@@ -102,7 +128,9 @@ def _is_metadata_key(key: Column) -> Column:
 
 class DatahubTupleDecoder(Decoder):
     name = "datahub-tuple"
-    description = "DataHub TUPLE records (_sequence_id_, _operation_type_ I/U/D): JSON lines, CSV with header, Parquet"
+    description = (
+        "DataHub TUPLE records (_sequence_id_, _operation_type_ I/U/D): JSON lines, CSV with header, Parquet"
+    )
     needs = "--key"
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
@@ -191,14 +219,22 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     """
     # The stand-in for the lost rest of a damaged compressed file has no text, but is a record.
     records = read_records(spark, files).where((F.trim(F.col("text")) != "") | F.col("damaged"))
-    headers = records.where(~F.col("damaged")).groupBy("file").agg(
-        F.min_by("text", "file_pos").alias("header_text"), F.min("file_pos").alias("header_pos")
+    headers = (
+        records.where(~F.col("damaged"))
+        .groupBy("file")
+        .agg(F.min_by("text", "file_pos").alias("header_text"), F.min("file_pos").alias("header_pos"))
     )
     rows = records.join(F.broadcast(headers), "file", "left").where(
         ~F.coalesce(F.col("file_pos") == F.col("header_pos"), F.lit(False))
     )
     split = rows.select(
-        "file", "file_pos", "line", "text", "unterminated", "damaged", "not_utf8",
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        "unterminated",
+        "damaged",
+        "not_utf8",
         csv_fields(F.col("header_text"), empty_as_null=False).alias("names"),
         csv_fields(F.col("text")).alias("values"),
     )
@@ -213,7 +249,11 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         .otherwise(F.lit(Q_CSV_SHAPE))
     )
     mapped = split.select(
-        "file", "file_pos", "line", "text", bad.alias("bad"),
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        bad.alias("bad"),
         F.when(fits, F.map_from_arrays(names, values)).alias("text_map"),
     )
     text_map = F.col("text_map")
@@ -302,7 +342,9 @@ def event_ms_from_text(text: Column) -> tuple[Column, Column]:
     """
     trimmed = F.trim(text)
     number = trimmed.try_cast("bigint")
-    from_number = F.when(F.abs(number) >= F.lit(_MICROS_FROM), F.floor(number / 1000).cast("bigint")).otherwise(number)
+    from_number = F.when(
+        F.abs(number) >= F.lit(_MICROS_FROM), F.floor(number / 1000).cast("bigint")
+    ).otherwise(number)
     from_text = F.unix_millis(F.try_to_timestamp(trimmed))
     ms = F.when(number.isNotNull(), from_number).otherwise(from_text)
     return ms, text.isNotNull() & (trimmed != "") & ms.isNull()
@@ -313,7 +355,13 @@ def event_ms_from_text(text: Column) -> tuple[Column, Column]:
 
 
 def attach_before_images(
-    rows: DataFrame, *, before_half: Column, after_half: Column, group: list[Column], image: Column, order: Column
+    rows: DataFrame,
+    *,
+    before_half: Column,
+    after_half: Column,
+    group: list[Column],
+    image: Column,
+    order: Column,
 ) -> DataFrame:
     """Add ``paired_before``: for an after half, the image of the before half of the same group.
 
@@ -336,7 +384,9 @@ def attach_before_images(
 def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
     """Classify each record, pair update halves, and select the canonical columns."""
     seq_text = F.trim(F.col("seq"))
-    table = F.coalesce(F.nullif(F.trim(F.col("source_table")), F.lit("")), F.lit(options.table).cast("string"))
+    table = F.coalesce(
+        F.nullif(F.trim(F.col("source_table")), F.lit("")), F.lit(options.table).cast("string")
+    )
     fields = rows.select(
         "*",
         F.upper(F.trim(F.col("op"))).alias("_op"),
@@ -366,8 +416,12 @@ def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
     before_half = (F.col("_reason") == IGNORED_UPDATE_BEFORE) & F.col("_seq").isNotNull()
     after_half = (F.col("_kind") == KIND_CHANGE) & (F.col("_op") == "U") & F.col("_seq").isNotNull()
     paired = attach_before_images(
-        classified, before_half=before_half, after_half=after_half, group=[F.col("_table"), F.col("_seq")],
-        image=F.col("image"), order=F.struct("file", "file_pos"),
+        classified,
+        before_half=before_half,
+        after_half=after_half,
+        group=[F.col("_table"), F.col("_seq")],
+        image=F.col("image"),
+        order=F.struct("file", "file_pos"),
     )
     is_change = F.col("_kind") == KIND_CHANGE
     op_name = F.lit(None).cast("string")
@@ -382,8 +436,9 @@ def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
             event_ms=F.col("event_ms"),
             log_pos=F.when(F.col("_seq").isNotNull(), F.array(F.col("_seq"))),
             sub_pos=F.lit(0),
-            before=F.when(is_change & (F.col("_op") == "D"), F.col("image"))
-            .when(is_change & (F.col("_op") == "U"), F.col("paired_before")),
+            before=F.when(is_change & (F.col("_op") == "D"), F.col("image")).when(
+                is_change & (F.col("_op") == "U"), F.col("paired_before")
+            ),
             after=F.when(is_change & F.col("_op").isin("I", "U"), F.col("image")),
             partial=F.when(is_change, F.lit(False)),
             types=F.when(is_change, F.col("types")),

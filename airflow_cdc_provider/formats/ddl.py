@@ -12,11 +12,12 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats.events import IMAGE_TYPE
 
 _NOT_A_COLUMN = r"(?!(?:INDEX|KEY|PRIMARY|UNIQUE|CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|PARTITION|CHECK)\b)"
 _ADD_COLUMN = (
-    r"(?i)\bADD\s+(?:COLUMN\s+)?" + _NOT_A_COLUMN
+    r"(?i)\bADD\s+(?:COLUMN\s+)?"
+    + _NOT_A_COLUMN
     + r"`?([A-Za-z0-9_$]+)`?\s+([A-Za-z]+(?:\s+precision)?(?:\s*\([^)]*\))?(?:\s+unsigned)?)"
 )
 _DROP_COLUMN = r"(?i)\bDROP\s+(?:COLUMN\s+)?" + _NOT_A_COLUMN + r"`?([A-Za-z0-9_$]+)`?"
@@ -33,4 +34,4 @@ def dropped_columns(sql: Column) -> Column:
     """The columns an ``ALTER TABLE ... DROP`` removes, as an image of nulls (null when none)."""
     names = F.regexp_extract_all(sql, F.lit(_DROP_COLUMN), 1)
     nulls = F.transform(names, lambda n: F.lit(None).cast("variant"))
-    return F.when(F.size(names) > 0, F.map_from_arrays(names, nulls).cast(ev.IMAGE_TYPE))
+    return F.when(F.size(names) > 0, F.map_from_arrays(names, nulls).cast(IMAGE_TYPE))

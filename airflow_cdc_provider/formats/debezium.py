@@ -18,8 +18,32 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.events import (
+    IGNORED_DDL,
+    IGNORED_HEARTBEAT,
+    IGNORED_TOMBSTONE,
+    IGNORED_TRANSACTION,
+    IMAGE_TYPE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    Q_BAD_BASE64,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+    plan_barrier,
+)
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
     ENVELOPE_SCHEMA,
@@ -56,11 +80,11 @@ _SOURCE = StructType(
 _ENVELOPE_FIELDS = [
     StructField("op", StringType()),
     StructField("ts_ms", LongType()),
-    StructField("before", ev.IMAGE_TYPE),
-    StructField("after", ev.IMAGE_TYPE),
+    StructField("before", IMAGE_TYPE),
+    StructField("after", IMAGE_TYPE),
     StructField("source", _SOURCE),
     StructField("transaction", StructType([StructField("id", StringType())])),
-    StructField("unique", ev.IMAGE_TYPE),
+    StructField("unique", IMAGE_TYPE),
     StructField("message_version", StringType()),
     StructField("HEARTBEAT_IDENTIFIER", StringType()),
     # Transaction metadata and schema-change topics share landings with row changes.
@@ -75,8 +99,15 @@ RECORD_SCHEMA = StructType(
     ]
 )
 
-_OPS = {"c": ev.OP_INSERT, "r": ev.OP_READ, "u": ev.OP_UPDATE, "d": ev.OP_DELETE, "t": ev.OP_TRUNCATE}
-_SNAPSHOT_TRUE = ("true", "last", "first", "first_in_data_collection", "last_in_data_collection", "incremental")
+_OPS = {"c": OP_INSERT, "r": OP_READ, "u": OP_UPDATE, "d": OP_DELETE, "t": OP_TRUNCATE}
+_SNAPSHOT_TRUE = (
+    "true",
+    "last",
+    "first",
+    "first_in_data_collection",
+    "last_in_data_collection",
+    "incremental",
+)
 
 
 def _envelope() -> Column:
@@ -98,7 +129,10 @@ def _log_position(src: Column) -> Column:
     sqlserver = F.transform(F.split(src["change_lsn"], ":"), lambda p: F.conv(p, 16, 10).try_cast("bigint"))
     return (
         F.when(src["lsn"].isNotNull(), F.array(src["lsn"]))
-        .when(src["scn"].isNotNull(), F.array(src["scn"].try_cast("bigint"), src["commit_scn"].try_cast("bigint")))
+        .when(
+            src["scn"].isNotNull(),
+            F.array(src["scn"].try_cast("bigint"), src["commit_scn"].try_cast("bigint")),
+        )
         .when(src["change_lsn"].isNotNull(), F.concat(sqlserver, F.array(src["event_serial_no"])))
         .when(src["file"].isNotNull(), F.array(binlog_number, src["pos"], src["row"].cast("bigint")))
     )
@@ -110,7 +144,7 @@ def _op(e: Column) -> Column:
     for code, op in _OPS.items():
         mapped = F.when(raw == code, F.lit(op)).otherwise(mapped)
     snapshot = F.lower(e["source"]["snapshot"]).isin(*_SNAPSHOT_TRUE)
-    return F.when((mapped == ev.OP_INSERT) & snapshot, F.lit(ev.OP_READ)).otherwise(mapped)
+    return F.when((mapped == OP_INSERT) & snapshot, F.lit(OP_READ)).otherwise(mapped)
 
 
 def _is_hbase(e: Column) -> Column:
@@ -127,7 +161,10 @@ def _image_kind_error(text: Column) -> Column:
         return ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
 
     return (
-        not_object("$.payload.after") | not_object("$.payload.before") | not_object("$.after") | not_object("$.before")
+        not_object("$.payload.after")
+        | not_object("$.payload.before")
+        | not_object("$.after")
+        | not_object("$.before")
     )
 
 
@@ -142,14 +179,18 @@ class DebeziumJsonDecoder(Decoder):
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
         e = _envelope()
-        staged = ev.plan_barrier(parsed.select("*", e.alias("e")))
+        staged = plan_barrier(parsed.select("*", e.alias("e")))
         e = F.col("e")
         src = e["source"]
 
         # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
         declared_columns = F.coalesce(
-            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after"), F.lit(1))["fields"],
-            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before"), F.lit(1))["fields"],
+            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after"), F.lit(1))[
+                "fields"
+            ],
+            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before"), F.lit(1))[
+                "fields"
+            ],
         )
         declared = column_types(declared_columns)
         hbase = _is_hbase(e) & declared.isNull()
@@ -159,63 +200,92 @@ class DebeziumJsonDecoder(Decoder):
             lambda k, v: F.struct(hbase_type.alias("type"), F.lit("base64").alias("codec")),
         )
         declared = F.when(hbase, hbase_declared).otherwise(declared)
-        staged = ev.plan_barrier(staged.select("*", declared.alias("declared")))
+        staged = plan_barrier(staged.select("*", declared.alias("declared")))
         declared = F.col("declared")
 
         after = convert_image(e["after"], declared)
         before = convert_image(e["before"], declared)
         if options.binary_as_text:
-            as_text = lambda img: F.transform_values(img, lambda k, v: F.try_variant_get(v, "$", "binary").cast("string").cast("variant"))  # noqa: E731
+
+            def as_text(img: Column) -> Column:
+                return F.transform_values(
+                    img, lambda k, v: F.try_variant_get(v, "$", "binary").cast("string").cast("variant")
+                )
+
             after = F.when(hbase, as_text(after)).otherwise(after)
             before = F.when(hbase, as_text(before)).otherwise(before)
-        staged = ev.plan_barrier(staged.select("*", after.alias("after_typed"), before.alias("before_typed")))
+        staged = plan_barrier(staged.select("*", after.alias("after_typed"), before.alias("before_typed")))
         after, before = F.col("after_typed"), F.col("before_typed")
 
         op = _op(e)
         has_row_change = e["op"].isNotNull()
-        bad_value = image_conversion_failed(e["after"], after, declared) | image_conversion_failed(e["before"], before, declared)
+        bad_value = image_conversion_failed(e["after"], after, declared) | image_conversion_failed(
+            e["before"], before, declared
+        )
         base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
 
-        kind, reason = ev.classify(
-            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
-            (F.col("bad").isNotNull() & (F.col("bad") == ev.Q_TYPE_MISMATCH) & _image_kind_error(F.col("j._corrupt_record")),
-             ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
-            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
-            (e["status"].isin("BEGIN", "END") & ~has_row_change, ev.KIND_IGNORED, ev.IGNORED_TRANSACTION),
-            (e["ddl"].isNotNull() & ~has_row_change, ev.KIND_IGNORED, ev.IGNORED_DDL),
-            (e["op"] == "m", ev.KIND_IGNORED, "logical decoding message"),
-            (~has_row_change & (e["HEARTBEAT_IDENTIFIER"].isNotNull() | (e["ts_ms"].isNotNull() & e["source"].isNull()
-                                 & e["after"].isNull() & e["before"].isNull())), ev.KIND_IGNORED, ev.IGNORED_HEARTBEAT),
-            (~has_row_change, ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
-            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
-            (_qualified_table(src).isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
-            (bad_value & base64_codec, ev.KIND_QUARANTINED, ev.Q_BAD_BASE64),
-            (bad_value, ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
-            (op.isin(ev.OP_INSERT, ev.OP_READ, ev.OP_UPDATE) & e["after"].isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
-            ((op == ev.OP_DELETE) & e["before"].isNull() & e["after"].isNull() & e["unique"].isNull(),
-             ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                F.col("bad").isNotNull()
+                & (F.col("bad") == Q_TYPE_MISMATCH)
+                & _image_kind_error(F.col("j._corrupt_record")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (e["status"].isin("BEGIN", "END") & ~has_row_change, KIND_IGNORED, IGNORED_TRANSACTION),
+            (e["ddl"].isNotNull() & ~has_row_change, KIND_IGNORED, IGNORED_DDL),
+            (e["op"] == "m", KIND_IGNORED, "logical decoding message"),
+            (
+                ~has_row_change
+                & (
+                    e["HEARTBEAT_IDENTIFIER"].isNotNull()
+                    | (
+                        e["ts_ms"].isNotNull()
+                        & e["source"].isNull()
+                        & e["after"].isNull()
+                        & e["before"].isNull()
+                    )
+                ),
+                KIND_IGNORED,
+                IGNORED_HEARTBEAT,
+            ),
+            (~has_row_change, KIND_QUARANTINED, Q_MISSING_OP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (_qualified_table(src).isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
+            (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & e["after"].isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+            (
+                (op == OP_DELETE) & e["before"].isNull() & e["after"].isNull() & e["unique"].isNull(),
+                KIND_QUARANTINED,
+                Q_KEY_UNKNOWN,
+            ),
         )
         reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
         unique_keys = F.when(e["unique"].isNotNull(), F.map_keys(e["unique"]))
         key_cols = F.when(hbase, F.array(F.lit("ROW"))).otherwise(unique_keys)
         # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.
         before_or_key = F.when(
-            (op == ev.OP_DELETE) & before.isNull() & e["unique"].isNotNull(), e["unique"]
+            (op == OP_DELETE) & before.isNull() & e["unique"].isNotNull(), e["unique"]
         ).otherwise(before)
         types = F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"]))
 
         return staged.select(
-            *ev.canonical(
+            *canonical(
                 table=_qualified_table(src),
                 kind=kind,
                 op=op,
                 reason=reason,
-                event_ms=F.coalesce(src["ts_ms"], e["ts_ms"]),
+                # A source.ts_ms of 0 (snapshot reads of early Debezium MySQL) is no time: the
+                # envelope's ts_ms, when the connector read the row, is (as the sensor reads it).
+                event_ms=F.coalesce(F.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
                 log_pos=_log_position(src),
                 sub_pos=F.lit(0),
                 tx_id=F.coalesce(e["transaction"]["id"], src["txId"]),
                 before=before_or_key,
-                after=F.when(op != ev.OP_DELETE, after),
+                after=F.when(op != OP_DELETE, after),
                 partial=F.lit(False),
                 key_cols=key_cols,
                 types=types,

@@ -42,7 +42,9 @@ IGNORED_DDL = "ddl"
 IGNORED_HEARTBEAT = "heartbeat"
 IGNORED_TRANSACTION = "transaction marker"
 IGNORED_TABLE_FILTER = "table not selected"
-IGNORED_UPDATE_BEFORE = "update before image"  # first half of a before/after update pair, folded into the second
+IGNORED_UPDATE_BEFORE = (
+    "update before image"  # first half of a before/after update pair, folded into the second
+)
 
 # Reasons for quarantined records (the documented list, README "Quarantine").
 Q_NOT_JSON = "not JSON"

@@ -51,7 +51,11 @@ def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: Str
     unparsable = unparsable_reason(text, F.col("damaged"), F.col("not_utf8"))
     parsed = F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"})
     out = records.select(
-        "file", "file_pos", "line", "text", "unterminated",
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        "unterminated",
         unparsable.alias("unparsable"),
         F.when(unparsable.isNull(), parsed).alias("j"),
         tombstone.alias("tombstone"),
@@ -88,4 +92,3 @@ def diagnose(corrupt: Column, unterminated: Column) -> Column:
         .when(kind != "OBJECT", F.lit(Q_NOT_OBJECT))
         .otherwise(F.lit(Q_TYPE_MISMATCH))
     )
-

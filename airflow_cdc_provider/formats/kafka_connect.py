@@ -82,20 +82,24 @@ def column_types(columns: Column) -> Column:
         for connect, spark_type in _PLAIN.items():
             plain_type = F.when(c["type"] == connect, F.lit(spark_type)).otherwise(plain_type)
         spark_type = F.coalesce(plain_type, F.lit("string"))
-        codec = F.when(c["type"] == "bytes", F.lit("base64")).when(c["type"].isin("struct", "array", "map"), F.lit("json"))
+        codec = F.when(c["type"] == "bytes", F.lit("base64")).when(
+            c["type"].isin("struct", "array", "map"), F.lit("json")
+        )
         for logical, (ltype, lcodec) in _LOGICAL.items():
             spark_type = F.when(name == logical, F.lit(ltype)).otherwise(spark_type)
             codec = F.when(name == logical, F.lit(lcodec)).otherwise(codec)
         scale = F.coalesce(c["parameters"]["scale"], F.lit("0"))
         precision = F.coalesce(c["parameters"]["connect.decimal.precision"], F.lit("38"))
         is_decimal = (name == DECIMAL_NAME) & (c["type"] == "bytes")
-        spark_type = F.when(is_decimal, F.format_string("decimal(%s,%s)", precision, scale)).otherwise(spark_type)
+        spark_type = F.when(is_decimal, F.format_string("decimal(%s,%s)", precision, scale)).otherwise(
+            spark_type
+        )
         codec = F.when(is_decimal, F.concat(F.lit("decimal:"), scale)).otherwise(codec)
-        return F.struct(c["field"].alias("col"), F.struct(spark_type.alias("type"), codec.alias("codec")).alias("t"))
+        return F.struct(
+            c["field"].alias("col"), F.struct(spark_type.alias("type"), codec.alias("codec")).alias("t")
+        )
 
-    return F.when(columns.isNull(), F.lit(None)).otherwise(
-        F.map_from_entries(F.transform(columns, entry))
-    )
+    return F.when(columns.isNull(), F.lit(None)).otherwise(F.map_from_entries(F.transform(columns, entry)))
 
 
 def let(value: Column, body) -> Column:
@@ -111,7 +115,9 @@ def _decimal_from_base64(b64: Column, scale: Column) -> Column:
 
     def unsigned(h: Column) -> Column:
         high = F.conv(F.substring(h, 1, F.length(h) - 16), 16, 10).try_cast("decimal(38,0)")
-        low = F.conv(F.substring(h, F.greatest(F.length(h) - 15, F.lit(1)), 16), 16, 10).try_cast("decimal(38,0)")
+        low = F.conv(F.substring(h, F.greatest(F.length(h) - 15, F.lit(1)), 16), 16, 10).try_cast(
+            "decimal(38,0)"
+        )
         two_pow_64 = F.lit("18446744073709551616").cast("decimal(38,0)")
         return F.try_add(F.try_multiply(F.coalesce(high, F.lit(0).cast("decimal(38,0)")), two_pow_64), low)
 
@@ -125,11 +131,16 @@ def _decimal_from_base64(b64: Column, scale: Column) -> Column:
     def to_text(u: Column) -> Column:
         s = scale.cast("int")
         digits = F.lpad(F.abs(u).cast("string"), F.greatest(F.length(F.abs(u).cast("string")), s + 1), "0")
-        return let(digits, lambda d: F.concat(
-            F.when(u < 0, F.lit("-")).otherwise(F.lit("")),
-            F.substring(d, 1, F.length(d) - s),
-            F.when(s > 0, F.concat(F.lit("."), F.substring(d, F.length(d) - s + 1, 64))).otherwise(F.lit("")),
-        ))
+        return let(
+            digits,
+            lambda d: F.concat(
+                F.when(u < 0, F.lit("-")).otherwise(F.lit("")),
+                F.substring(d, 1, F.length(d) - s),
+                F.when(s > 0, F.concat(F.lit("."), F.substring(d, F.length(d) - s + 1, 64))).otherwise(
+                    F.lit("")
+                ),
+            ),
+        )
 
     unscaled = let(F.hex(F.try_to_binary(b64, F.lit("base64"))), from_hex)
     return let(unscaled, lambda u: F.when(u.isNotNull(), F.try_parse_json(to_text(u))))
@@ -147,7 +158,10 @@ def convert_value(v: Column, codec: Column) -> Column:
     return (
         F.when(codec.isNull() | (codec == "json"), v)
         .when(codec == "base64", F.try_to_binary(as_text, F.lit("base64")).cast("variant"))
-        .when(codec == "epoch_days", F.date_add(F.lit("1970-01-01").cast("date"), as_long.cast("int")).cast("variant"))
+        .when(
+            codec == "epoch_days",
+            F.date_add(F.lit("1970-01-01").cast("date"), as_long.cast("int")).cast("variant"),
+        )
         .when(codec == "epoch_ms", F.timestamp_millis(as_long).cast("variant"))
         .when(codec == "epoch_us", F.timestamp_micros(as_long).cast("variant"))
         .when(codec == "epoch_ns", F.timestamp_micros(F.floor(as_long / 1000)).cast("variant"))
@@ -155,10 +169,15 @@ def convert_value(v: Column, codec: Column) -> Column:
         .when(codec == "time_ms", _time_text(as_long * 1000).cast("variant"))
         .when(codec == "time_us", _time_text(as_long).cast("variant"))
         .when(codec == "time_ns", _time_text(F.floor(as_long / 1000)).cast("variant"))
-        .when(codec.startswith("decimal:") | (codec == "vsdecimal"), _decimal_from_base64(
-            F.when(codec == "vsdecimal", F.try_variant_get(v, "$.value", "string")).otherwise(as_text),
-            F.when(codec == "vsdecimal", F.try_variant_get(v, "$.scale", "int")).otherwise(decimal_scale.cast("int")),
-        ))
+        .when(
+            codec.startswith("decimal:") | (codec == "vsdecimal"),
+            _decimal_from_base64(
+                F.when(codec == "vsdecimal", F.try_variant_get(v, "$.value", "string")).otherwise(as_text),
+                F.when(codec == "vsdecimal", F.try_variant_get(v, "$.scale", "int")).otherwise(
+                    decimal_scale.cast("int")
+                ),
+            ),
+        )
         .otherwise(v)
     )
 
@@ -188,13 +207,15 @@ def image_conversion_failed(image: Column, converted: Column, declared: Column) 
     """True when a non-null value did not convert to its codec, or does not fit its declared type."""
     failed = F.exists(
         F.map_keys(image),
-        lambda k: ~F.is_variant_null(image[k])
-        & (
-            converted[k].isNull()
-            | (
-                declared[k].isNotNull()
-                & declared[k]["codec"].isNull()
-                & ~_fits(converted[k], declared[k]["type"])
+        lambda k: (
+            ~F.is_variant_null(image[k])
+            & (
+                converted[k].isNull()
+                | (
+                    declared[k].isNotNull()
+                    & declared[k]["codec"].isNull()
+                    & ~_fits(converted[k], declared[k]["type"])
+                )
             )
         ),
     )

@@ -94,9 +94,13 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
                     found[landed.path] = landed
             elif not is_hidden(status.getPath().getName()):
                 uri = status.getPath().toString()
-                found[uri] = LandedFile(uri, status.getLen(), status.getModificationTime(), relative=status.getPath().getName())
+                found[uri] = LandedFile(
+                    uri, status.getLen(), status.getModificationTime(), relative=status.getPath().getName()
+                )
     if not found:
-        raise LandingError(f"no data files under {', '.join(inputs)} (names starting with _ or . are skipped)")
+        raise LandingError(
+            f"no data files under {', '.join(inputs)} (names starting with _ or . are skipped)"
+        )
     for uri in sorted(found):
         if (why := unreadable_compression(uri)) is not None:
             raise LandingError(why)
@@ -120,7 +124,7 @@ def _walk_directory(fs, top) -> Iterator[LandedFile]:
                 folders.append(path)
                 continue
             uri = path.toString()
-            relative = uri[len(root):] if uri.startswith(root) else path.getName()
+            relative = uri[len(root) :] if uri.startswith(root) else path.getName()
             yield LandedFile(uri, status.getLen(), status.getModificationTime(), relative=relative)
 
 
@@ -149,10 +153,14 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     is checked on the whole file first; in a file that is not valid UTF-8, a line is flagged when
     it holds U+FFFD after the split (a genuine U+FFFD there is flagged too: set aside, never changed).
     """
-    files = _reader(spark).text(paths, wholetext=True).select(
-        F.col("_metadata.file_path").alias("file"),
-        _strip_bom(F.col("value")).alias("content"),
-        F.is_valid_utf8(F.col("value")).alias("utf8"),
+    files = (
+        _reader(spark)
+        .text(paths, wholetext=True)
+        .select(
+            F.col("_metadata.file_path").alias("file"),
+            _strip_bom(F.col("value")).alias("content"),
+            F.is_valid_utf8(F.col("value")).alias("utf8"),
+        )
     )
     # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
     document = F.col("content").rlike(r"^\s*[\[{][ \t\r]*(\n|$)")
@@ -162,7 +170,9 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         "utf8",
         document.alias("document"),
         F.col("content").endswith("\n").alias("terminated"),
-        F.when(document, F.array(F.col("content"))).otherwise(F.split(F.col("content"), "\n")).alias("records"),
+        F.when(document, F.array(F.col("content")))
+        .otherwise(F.split(F.col("content"), "\n"))
+        .alias("records"),
     ).select("file", "utf8", "document", "terminated", "records", F.size("records").alias("n"))
     exploded = plan_barrier(per_file).select(
         "file", "utf8", "document", "terminated", "n", F.posexplode("records").alias("idx", "text")
@@ -182,15 +192,21 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
 
 def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     in_partition = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
-    return _reader(spark).text(paths).select(
-        F.col("_metadata.file_path").alias("file"),
-        (F.col("_metadata.file_block_start") * F.lit(1 << _SPLIT_INDEX_BITS) + in_partition).alias("file_pos"),
-        F.lit(None).cast("long").alias("line"),
-        _strip_cr(_strip_bom(F.col("value"))).alias("text"),
-        # A split cannot see whether its last line ends the file; truncation is caught by parsing.
-        F.lit(False).alias("unterminated"),
-        F.lit(False).alias("damaged"),
-        (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
+    return (
+        _reader(spark)
+        .text(paths)
+        .select(
+            F.col("_metadata.file_path").alias("file"),
+            (F.col("_metadata.file_block_start") * F.lit(1 << _SPLIT_INDEX_BITS) + in_partition).alias(
+                "file_pos"
+            ),
+            F.lit(None).cast("long").alias("line"),
+            _strip_cr(_strip_bom(F.col("value"))).alias("text"),
+            # A split cannot see whether its last line ends the file; truncation is caught by parsing.
+            F.lit(False).alias("unterminated"),
+            F.lit(False).alias("damaged"),
+            (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
+        )
     )
 
 
@@ -202,14 +218,20 @@ def _salvaged_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     partition and are numbered exactly. The damaged record (no text: the rest cannot be
     decompressed) comes after the last delivered line, so it is accounted for like any other.
     """
-    delivered = spark.read.option("ignoreCorruptFiles", "true").text(paths).select(
-        F.col("_metadata.file_path").alias("file"),
-        F.monotonically_increasing_id().alias("_read_order"),
-        _strip_cr(_strip_bom(F.col("value"))).alias("text"),
-        (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
+    delivered = (
+        spark.read.option("ignoreCorruptFiles", "true")
+        .text(paths)
+        .select(
+            F.col("_metadata.file_path").alias("file"),
+            F.monotonically_increasing_id().alias("_read_order"),
+            _strip_cr(_strip_bom(F.col("value"))).alias("text"),
+            (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
+        )
     )
     in_file_order = Window.partitionBy("file").orderBy("_read_order")
-    numbered = delivered.select("file", (F.row_number().over(in_file_order) - 1).alias("idx"), "text", "not_utf8")
+    numbered = delivered.select(
+        "file", (F.row_number().over(in_file_order) - 1).alias("idx"), "text", "not_utf8"
+    )
     lines = numbered.select(
         "file",
         F.col("idx").cast("long").alias("file_pos"),

@@ -30,8 +30,26 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.events import (
+    IGNORED_DDL,
+    IGNORED_TOMBSTONE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_UPDATE,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    Q_UNKNOWN_TABLE,
+    canonical,
+    classify,
+)
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
@@ -93,7 +111,7 @@ _MD_SCHEMA = StructType(
 )
 _COLUMN = "struct<ordinal:int,type:string,length:int,precision:int,scale:int,primaryKeyPosition:int>"
 
-_OPS = {"REFRESH": ev.OP_READ, "INSERT": ev.OP_INSERT, "UPDATE": ev.OP_UPDATE, "DELETE": ev.OP_DELETE}
+_OPS = {"REFRESH": OP_READ, "INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 
 # Replicate data type -> Spark type (NUMERIC is handled with its precision and scale).
 _TYPES = {
@@ -127,7 +145,9 @@ def utc_millis(text: Column) -> Column:
     """Epoch ms of a Replicate timestamp: ISO text in UTC (with or without offset), or epoch ms."""
     t = F.trim(text)
     with_zone = F.when(t.rlike(r"(Z|[+-]\d\d:?\d\d)$"), t).otherwise(F.concat(t, F.lit("Z")))
-    return F.when(t.rlike(r"^\d+$"), t.try_cast("bigint")).otherwise(F.unix_millis(F.try_to_timestamp(with_zone)))
+    return F.when(t.rlike(r"^\d+$"), t.try_cast("bigint")).otherwise(
+        F.unix_millis(F.try_to_timestamp(with_zone))
+    )
 
 
 def change_sequence_position(seq: Column) -> Column:
@@ -178,16 +198,27 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     m = F.col("j.message")
     columns = F.transform_values(
         F.try_variant_get(m["tableStructure"]["tableColumns"], "$", f"map<string,{_COLUMN}>"),
-        lambda name, c: F.struct(c["ordinal"].alias("ordinal"), spark_type(c).alias("type"), c["primaryKeyPosition"].alias("pk")),
+        lambda name, c: F.struct(
+            c["ordinal"].alias("ordinal"), spark_type(c).alias("type"), c["primaryKeyPosition"].alias("pk")
+        ),
     )
     md = (
         records.select("file", "file_pos", j.alias("j"))
         .where(F.col("j.type") == "MD")
-        .select("file", "file_pos", m["schemaId"].alias("schema_id"), m["lineage"].alias("lineage"), columns.alias("columns"))
+        .select(
+            "file",
+            "file_pos",
+            m["schemaId"].alias("schema_id"),
+            m["lineage"].alias("lineage"),
+            columns.alias("columns"),
+        )
     )
     lineage, columns = F.col("lineage"), F.col("columns")
     key_positions = F.array_sort(
-        F.transform(F.filter(F.map_entries(columns), lambda e: e["value"]["pk"] > 0), lambda e: F.struct(e["value"]["pk"].alias("pk"), e["key"].alias("name")))
+        F.transform(
+            F.filter(F.map_entries(columns), lambda e: e["value"]["pk"] > 0),
+            lambda e: F.struct(e["value"]["pk"].alias("pk"), e["key"].alias("name")),
+        )
     )
     key_cols = F.transform(key_positions, lambda k: k["name"])
     qualified = F.when(lineage["table"].isNotNull(), F.concat_ws(".", lineage["schema"], lineage["table"]))
@@ -206,8 +237,12 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         F.when(F.size(key_cols) > 0, key_cols).alias("key_cols"),
         F.transform_values(columns, lambda k, c: c["type"]).alias("types"),
     )
-    entries = md.select(version.alias("md"), F.col("schema_id"), lineage["table"].alias("bare"),
-                        lineage["schema"].isNotNull().alias("has_schema"))
+    entries = md.select(
+        version.alias("md"),
+        F.col("schema_id"),
+        lineage["table"].alias("bare"),
+        lineage["schema"].isNotNull().alias("has_schema"),
+    )
     entry = lambda tag, key: F.struct(F.lit(tag).alias("tag"), key.alias("key"))  # noqa: E731
     keys = F.filter(
         F.array(
@@ -226,16 +261,20 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         F.array_distinct(F.transform(F.col("versions"), lambda v: v["qualified"])),
         lambda q: F.struct(
             q.alias("qualified"),
-            F.map_keys(F.try_element_at(F.filter(F.col("versions"), lambda v: v["qualified"] == q), F.lit(-1))["columns"]).alias(
-                "names"
-            ),
+            F.map_keys(
+                F.try_element_at(F.filter(F.col("versions"), lambda v: v["qualified"] == q), F.lit(-1))[
+                    "columns"
+                ]
+            ).alias("names"),
             F.filter(F.col("versions"), lambda v: v["qualified"] == q).alias("versions"),
         ),
     )
     return grouped.select(
         "tag",
         "key",
-        F.when(F.col("tag") == _BY_ID, F.slice("versions", -1, 1)).otherwise(F.col("versions")).alias("versions"),
+        F.when(F.col("tag") == _BY_ID, F.slice("versions", -1, 1))
+        .otherwise(F.col("versions"))
+        .alias("versions"),
         F.when(F.col("tag") == _BY_COLUMNS, per_table).alias("tables"),
     )
 
@@ -278,7 +317,9 @@ class QlikJsonDecoder(Decoder):
         as_map = lambda v: F.try_variant_get(v, "$", "map<string,variant>")  # noqa: E731
         data_map, before_map = as_map(data), as_map(before_data)
         image_keys = F.array_distinct(
-            F.concat(F.coalesce(F.map_keys(data_map), F.array()), F.coalesce(F.map_keys(before_map), F.array()))
+            F.concat(
+                F.coalesce(F.map_keys(data_map), F.array()), F.coalesce(F.map_keys(before_map), F.array())
+            )
         )
 
         option_table = F.lit(options.table) if options.table else F.lit(None).cast("string")
@@ -300,13 +341,12 @@ class QlikJsonDecoder(Decoder):
             image_keys.alias("_image_keys"),
         )
         md = F.broadcast(_metadata(spark, [*files, *options.context_files]))
-        joined = staged.join(
-            md, (staged["_tag"] == md["tag"]) & (staged["_key"] == md["key"]), "left"
-        )
+        joined = staged.join(md, (staged["_tag"] == md["tag"]) & (staged["_key"] == md["key"]), "left")
 
         # Resolve the table version (and, for the by-columns lookup, the one table that fits).
         fitting = F.filter(
-            F.col("tables"), lambda t: F.forall(F.col("_image_keys"), lambda k: F.array_contains(t["names"], k))
+            F.col("tables"),
+            lambda t: F.forall(F.col("_image_keys"), lambda k: F.array_contains(t["names"], k)),
         )
         by_columns = F.when(F.size(fitting) == 1, F.try_element_at(fitting, F.lit(1)))
         ambiguous = F.size(F.array_distinct(F.transform(F.col("versions"), lambda v: v["qualified"]))) > 1
@@ -317,10 +357,10 @@ class QlikJsonDecoder(Decoder):
         )
         chosen = _choose_version(versions, F.col("_event_ms"))
         lineage_table = msg["lineage"]["table"]
-        table = (
-            F.when(F.col("j.type") == "MD", F.when(lineage_table.isNotNull(), F.concat_ws(".", msg["lineage"]["schema"], lineage_table)))
-            .otherwise(F.coalesce(chosen["qualified"], named, option_table))
-        )
+        table = F.when(
+            F.col("j.type") == "MD",
+            F.when(lineage_table.isNotNull(), F.concat_ws(".", msg["lineage"]["schema"], lineage_table)),
+        ).otherwise(F.coalesce(chosen["qualified"], named, option_table))
         resolved = joined.select(
             *[c for c in staged.columns if not c.startswith("_") or c in ("_event_ms", "_data", "_before")],
             chosen.alias("_md"),
@@ -344,7 +384,9 @@ class QlikJsonDecoder(Decoder):
 
         def typed(image: Column) -> tuple[Column, Column]:
             captured = F.map_filter(image, lambda k, v: present(k))
-            text = F.transform_values(captured, lambda k, v: F.when(~F.is_variant_null(v), F.try_variant_get(v, "$", "string")))
+            text = F.transform_values(
+                captured, lambda k, v: F.when(~F.is_variant_null(v), F.try_variant_get(v, "$", "string"))
+            )
 
             def convert(k: Column, v: Column) -> Column:
                 t = md["types"][k]
@@ -358,7 +400,9 @@ class QlikJsonDecoder(Decoder):
             return text, F.transform_values(captured, convert)
 
         after_text, after = typed(F.col("_data"))
-        delete_image = F.when(op == ev.OP_DELETE, F.coalesce(F.col("_before"), F.col("_data"))).otherwise(F.col("_before"))
+        delete_image = F.when(op == OP_DELETE, F.coalesce(F.col("_before"), F.col("_data"))).otherwise(
+            F.col("_before")
+        )
         before_text, before = typed(delete_image)
         staged = df.select(
             "*",
@@ -373,28 +417,34 @@ class QlikJsonDecoder(Decoder):
         bad_value = failed_conversions(F.col("_after_text"), F.col("_after")) | failed_conversions(
             F.col("_before_text"), F.col("_before_img")
         )
-        partial = (op != ev.OP_DELETE) & mask.isNotNull() & F.exists(F.map_keys(md["columns"]), lambda k: ~present(k))
-        kind, reason = ev.classify(
-            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
-            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
-            (F.col("j.type") == "MD", ev.KIND_IGNORED, ev.IGNORED_DDL),
-            (F.col("j.type").isNotNull() & (F.col("j.type") != "DT"), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
-            (operation.isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
-            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
-            (not_object(msg["data"]) | not_object(msg["beforeData"]), ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
-            (md.isNull() | md["columns"].isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_TABLE),
-            (mask.isNotNull() & ~mask.rlike("^[0-9A-Fa-f]+$"), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
-            (bad_value, ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
-            (op.isin(ev.OP_READ, ev.OP_INSERT, ev.OP_UPDATE) & F.col("_data").isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
-            ((op == ev.OP_DELETE) & F.col("_before_img").isNull(), ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+        partial = (
+            (op != OP_DELETE) & mask.isNotNull() & F.exists(F.map_keys(md["columns"]), lambda k: ~present(k))
+        )
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (F.col("j.type") == "MD", KIND_IGNORED, IGNORED_DDL),
+            (F.col("j.type").isNotNull() & (F.col("j.type") != "DT"), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (not_object(msg["data"]) | not_object(msg["beforeData"]), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
+            (md.isNull() | md["columns"].isNull(), KIND_QUARANTINED, Q_UNKNOWN_TABLE),
+            (mask.isNotNull() & ~mask.rlike("^[0-9A-Fa-f]+$"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (
+                op.isin(OP_READ, OP_INSERT, OP_UPDATE) & F.col("_data").isNull(),
+                KIND_QUARANTINED,
+                Q_MISSING_IMAGE,
+            ),
+            ((op == OP_DELETE) & F.col("_before_img").isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
         )
         reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
         # Full-load rows carry no change sequence: they order before every change.
-        log_pos = F.when(op == ev.OP_READ, F.array(*[F.lit(0).cast("bigint")] * 3)).otherwise(
+        log_pos = F.when(op == OP_READ, F.array(*[F.lit(0).cast("bigint")] * 3)).otherwise(
             change_sequence_position(headers["changeSequence"])
         )
         return staged.select(
-            *ev.canonical(
+            *canonical(
                 table=F.col("_table"),
                 kind=kind,
                 op=op,
@@ -405,7 +455,7 @@ class QlikJsonDecoder(Decoder):
                 tx_id=_blank_to_null(headers["transactionId"]),
                 tx_end=F.lower(F.trim(headers["transactionLastEvent"])).try_cast("boolean"),
                 before=F.col("_before_img"),
-                after=F.when(op != ev.OP_DELETE, F.col("_after")),
+                after=F.when(op != OP_DELETE, F.col("_after")),
                 partial=F.coalesce(partial, F.lit(False)),
                 key_cols=md["key_cols"],
                 types=md["types"],

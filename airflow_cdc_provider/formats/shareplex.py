@@ -16,8 +16,28 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.events import (
+    IGNORED_DDL,
+    IGNORED_TOMBSTONE,
+    IGNORED_UPDATE_BEFORE,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+)
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 
@@ -32,7 +52,7 @@ RECORD_SCHEMA = StructType(
 )
 
 # Ignored-record reason for an UPDATE BEFORE record: its values travel in the paired UPDATE AFTER event.
-IGNORED_UPDATE_BEFORE = ev.IGNORED_UPDATE_BEFORE
+IGNORED_UPDATE_BEFORE = IGNORED_UPDATE_BEFORE
 ROWID_COLUMN = "rowid"
 
 _BEFORE = "update before"
@@ -40,14 +60,14 @@ _AFTER = "update after"
 _DROP_COLUMN = "drop column"
 # meta.op as written (upper-cased, runs of blanks/underscores as one blank) -> what it does.
 _OPS = {
-    "INS": ev.OP_INSERT,
-    "INSERT": ev.OP_INSERT,
-    "UPD": ev.OP_UPDATE,
-    "UPDATE": ev.OP_UPDATE,
-    "DEL": ev.OP_DELETE,
-    "DELETE": ev.OP_DELETE,
-    "TRUNCATE": ev.OP_TRUNCATE,
-    "TRUNC": ev.OP_TRUNCATE,
+    "INS": OP_INSERT,
+    "INSERT": OP_INSERT,
+    "UPD": OP_UPDATE,
+    "UPDATE": OP_UPDATE,
+    "DEL": OP_DELETE,
+    "DELETE": OP_DELETE,
+    "TRUNCATE": OP_TRUNCATE,
+    "TRUNC": OP_TRUNCATE,
     "DROP COLUMN": _DROP_COLUMN,
     "DROPCOLUMN": _DROP_COLUMN,
     "UPDATE BEFORE": _BEFORE,
@@ -75,7 +95,9 @@ def event_millis(time: Column) -> Column:
     t = F.trim(time)
     digits = t.rlike(r"^\d+$")
     has_zone = t.rlike(r"(?i)(Z|[+-]\d{2}:?\d{2})$")
-    instant = F.when(has_zone, t.try_cast("timestamp")).otherwise(F.concat(t, F.lit("Z")).try_cast("timestamp"))
+    instant = F.when(has_zone, t.try_cast("timestamp")).otherwise(
+        F.concat(t, F.lit("Z")).try_cast("timestamp")
+    )
     number = t.try_cast("bigint")
     return (
         F.when(digits & (F.length(t) >= 13), number)
@@ -90,9 +112,8 @@ def transaction_number(trans: Column) -> Column:
     usn, slot, sqn = (F.try_element_at(parts, F.lit(i)).try_cast("bigint") for i in (1, 2, 3))
     fits = (usn < 1 << 15) & (slot < 1 << 16) & (sqn < 1 << 32)
     packed = F.shiftleft(usn, 48) + F.shiftleft(slot, 32) + sqn
-    return (
-        F.when(trans.rlike(r"^\s*\d+\s*$"), F.trim(trans).try_cast("bigint"))
-        .when(trans.rlike(r"^\s*\d+\.\d+\.\d+\s*$") & fits, packed)
+    return F.when(trans.rlike(r"^\s*\d+\s*$"), F.trim(trans).try_cast("bigint")).when(
+        trans.rlike(r"^\s*\d+\.\d+\.\d+\s*$") & fits, packed
     )
 
 
@@ -151,7 +172,9 @@ class ShareplexJsonDecoder(Decoder):
             seq.alias("seq"),
             (seq == size).alias("tx_end"),
             rowid.alias("rowid"),
-            F.when(rowid.isNotNull(), F.create_map(F.lit(ROWID_COLUMN), rowid.cast("variant"))).otherwise(_empty()).alias("rowid_image"),
+            F.when(rowid.isNotNull(), F.create_map(F.lit(ROWID_COLUMN), rowid.cast("variant")))
+            .otherwise(_empty())
+            .alias("rowid_image"),
             (~_absent(data)).alias("has_data"),
             (~_absent(key)).alias("has_key"),
             F.try_variant_get(data, "$", _IMAGE).alias("data"),
@@ -163,9 +186,9 @@ class ShareplexJsonDecoder(Decoder):
         """Give each UPDATE AFTER the values of the UPDATE BEFORE just before it in its transaction."""
         pair_op = F.col("op").isin(_BEFORE, _AFTER)
         # Other records get a group of their own: they take part in the window but never pair.
-        group = F.when(pair_op, F.coalesce(F.col("trans"), F.concat(F.lit("file "), F.col("file")))).otherwise(
-            F.concat(F.col("file"), F.lit(" "), F.col("file_pos").cast("string"))
-        )
+        group = F.when(
+            pair_op, F.coalesce(F.col("trans"), F.concat(F.lit("file "), F.col("file")))
+        ).otherwise(F.concat(F.col("file"), F.lit(" "), F.col("file_pos").cast("string")))
         w = Window.partitionBy(F.col("table"), group).orderBy(F.col("seq"), F.col("file"), F.col("file_pos"))
         previous = F.lag(F.struct("op", "data", "key"), 1).over(w)
         paired_before = F.when(
@@ -178,18 +201,22 @@ class ShareplexJsonDecoder(Decoder):
     def _events(paired: DataFrame) -> DataFrame:
         op, data, key = F.col("op"), F.col("data"), F.col("key")
         has_data, has_key = F.col("has_data"), F.col("has_key")
-        kind, reason = ev.classify(
-            (F.col("tombstone"), ev.KIND_IGNORED, ev.IGNORED_TOMBSTONE),
-            (F.col("bad").isNotNull(), ev.KIND_QUARANTINED, "<bad>"),
-            (F.col("op_text").isNull() | (F.trim(F.col("op_text")) == ""), ev.KIND_QUARANTINED, ev.Q_MISSING_OP),
-            (op.isNull(), ev.KIND_QUARANTINED, ev.Q_UNKNOWN_OP),
-            (F.col("table").isNull(), ev.KIND_QUARANTINED, ev.Q_MISSING_TABLE),
-            ((has_data & data.isNull()) | (has_key & key.isNull()), ev.KIND_QUARANTINED, ev.Q_IMAGE_NOT_OBJECT),
-            (F.col("time_text").isNotNull() & F.col("event_ms").isNull(), ev.KIND_QUARANTINED, ev.Q_TYPE_MISMATCH),
-            (op == _DROP_COLUMN, ev.KIND_IGNORED, ev.IGNORED_DDL),
-            (op == _BEFORE, ev.KIND_IGNORED, IGNORED_UPDATE_BEFORE),
-            (op.isin(ev.OP_INSERT, ev.OP_UPDATE, _AFTER) & ~has_data, ev.KIND_QUARANTINED, ev.Q_MISSING_IMAGE),
-            ((op == ev.OP_DELETE) & ~has_data & ~has_key & F.col("rowid").isNull(), ev.KIND_QUARANTINED, ev.Q_KEY_UNKNOWN),
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (F.col("op_text").isNull() | (F.trim(F.col("op_text")) == ""), KIND_QUARANTINED, Q_MISSING_OP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            ((has_data & data.isNull()) | (has_key & key.isNull()), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
+            (F.col("time_text").isNotNull() & F.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (op == _DROP_COLUMN, KIND_IGNORED, IGNORED_DDL),
+            (op == _BEFORE, KIND_IGNORED, IGNORED_UPDATE_BEFORE),
+            (op.isin(OP_INSERT, OP_UPDATE, _AFTER) & ~has_data, KIND_QUARANTINED, Q_MISSING_IMAGE),
+            (
+                (op == OP_DELETE) & ~has_data & ~has_key & F.col("rowid").isNull(),
+                KIND_QUARANTINED,
+                Q_KEY_UNKNOWN,
+            ),
         )
         reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
 
@@ -199,28 +226,41 @@ class ShareplexJsonDecoder(Decoder):
         old_values = F.coalesce(F.col("paired_before"), _empty())
         identified = _overlay(old_values, key_image)  # what the record says the row was
         before = (
-            F.when(op == ev.OP_DELETE, _overlay(rowid_image, _overlay(key_image, data_image)))
-            .when(op.isin(ev.OP_UPDATE, _AFTER) & (F.size(identified) + F.size(rowid_image) > 0), _overlay(rowid_image, identified))
+            F.when(op == OP_DELETE, _overlay(rowid_image, _overlay(key_image, data_image)))
+            .when(
+                op.isin(OP_UPDATE, _AFTER) & (F.size(identified) + F.size(rowid_image) > 0),
+                _overlay(rowid_image, identified),
+            )
             # DROP COLUMN: the columns it removes, with no values.
-            .when(op == _DROP_COLUMN, F.transform_values(F.when(has_data, data_image).otherwise(key_image), lambda k, v: F.lit(None).cast("variant")))
+            .when(
+                op == _DROP_COLUMN,
+                F.transform_values(
+                    F.when(has_data, data_image).otherwise(key_image),
+                    lambda k, v: F.lit(None).cast("variant"),
+                ),
+            )
         )
-        after = F.when(op.isin(ev.OP_INSERT, ev.OP_UPDATE, _AFTER), _overlay(rowid_image, _overlay(identified, data_image)))
-        is_change = kind == ev.KIND_CHANGE
-        canonical_op = F.when(op.isin(_AFTER), F.lit(ev.OP_UPDATE)).otherwise(op)
+        after = F.when(
+            op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(rowid_image, _overlay(identified, data_image))
+        )
+        is_change = kind == KIND_CHANGE
+        canonical_op = F.when(op.isin(_AFTER), F.lit(OP_UPDATE)).otherwise(op)
         return paired.select(
-            *ev.canonical(
+            *canonical(
                 table=F.col("table"),
                 kind=kind,
                 op=F.when(is_change, canonical_op),
                 reason=reason,
                 event_ms=F.col("event_ms"),
-                log_pos=F.when(F.col("scn").isNotNull(), F.array(F.col("scn"), F.col("trans_number"), F.col("seq"))),
+                log_pos=F.when(
+                    F.col("scn").isNotNull(), F.array(F.col("scn"), F.col("trans_number"), F.col("seq"))
+                ),
                 sub_pos=F.lit(0),
                 tx_id=F.col("trans"),
                 tx_end=F.col("tx_end"),
-                before=F.when(is_change | ((kind == ev.KIND_IGNORED) & (op == _DROP_COLUMN)), before),
+                before=F.when(is_change | ((kind == KIND_IGNORED) & (op == _DROP_COLUMN)), before),
                 after=F.when(is_change, after),
-                partial=F.when(is_change, op.isin(ev.OP_UPDATE, _AFTER)),
+                partial=F.when(is_change, op.isin(OP_UPDATE, _AFTER)),
                 file=F.col("file"),
                 file_pos=F.col("file_pos"),
                 line=F.col("line"),

@@ -26,7 +26,9 @@ def text_to_variant(text: Column, spark_type: Column) -> Column:
     """
     t = F.lower(spark_type)
     number = F.try_parse_json(text)
-    is_number = F.substring(F.schema_of_variant(number), 1, 3).isin("BIG", "INT", "DEC", "DOU", "FLO", "SMA", "TIN")
+    is_number = F.substring(F.schema_of_variant(number), 1, 3).isin(
+        "BIG", "INT", "DEC", "DOU", "FLO", "SMA", "TIN"
+    )
     return (
         F.when(text.isNull(), F.lit(None).cast("variant"))
         .when(t.isin(*_INTEGRAL), _integral(text, t))
@@ -53,9 +55,8 @@ def _integral(text: Column, t: Column) -> Column:
 
 def _boolean(text: Column) -> Column:
     lowered = F.lower(F.trim(text))
-    return (
-        F.when(lowered.isin("true", "t", "1", "y", "yes"), F.lit(True))
-        .when(lowered.isin("false", "f", "0", "n", "no"), F.lit(False))
+    return F.when(lowered.isin("true", "t", "1", "y", "yes"), F.lit(True)).when(
+        lowered.isin("false", "f", "0", "n", "no"), F.lit(False)
     )
 
 

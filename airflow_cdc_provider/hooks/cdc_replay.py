@@ -70,7 +70,9 @@ def _stop_processes(processes: list[Any], grace_seconds: float = 5.0) -> None:
             process.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=grace_seconds)  # a process in a blocking system call dies when it returns
+    psutil.wait_procs(
+        alive, timeout=grace_seconds
+    )  # a process in a blocking system call dies when it returns
 
 
 class SparkConnectionNotFoundError(AirflowNotFoundException):
@@ -171,7 +173,7 @@ class CdcReplayHook(BaseHook):
             raise SparkConnectionNotFoundError(
                 f"Spark connection {self.conn_id!r} is not defined, so the snapshot job has nowhere "
                 f"to run (the Spark provider would silently submit to YARN). Create it, e.g. "
-                f"AIRFLOW_CONN_{self.conn_id.upper()}='{{\"conn_type\":\"spark\",\"host\":\"local[*]\"}}' "
+                f'AIRFLOW_CONN_{self.conn_id.upper()}=\'{{"conn_type":"spark","host":"local[*]"}}\' '
                 f"for local mode, or host spark://HOST:7077 / yarn / k8s://... for a cluster."
             ) from None
         return spark_target_from_connection(conn)
@@ -268,7 +270,11 @@ class CdcReplayHook(BaseHook):
     @staticmethod
     def _failure_message(error_file: str | None, exc: Exception) -> str:
         """The job's own error when it wrote one, else what spark-submit reported."""
-        text = Path(error_file).read_text(encoding="utf-8").strip() if error_file and Path(error_file).exists() else ""
+        text = (
+            Path(error_file).read_text(encoding="utf-8").strip()
+            if error_file and Path(error_file).exists()
+            else ""
+        )
         if not text:
             return f"cdc-replay job failed without writing an error report: {exc}"
         try:

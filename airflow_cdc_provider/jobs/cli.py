@@ -21,9 +21,13 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser(*, with_master: bool = True) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cdc-replay", description="Rebuild table snapshots as of any time from landed CDC files.")
+    parser = argparse.ArgumentParser(
+        prog="cdc-replay", description="Rebuild table snapshots as of any time from landed CDC files."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    add_snapshot_arguments(sub.add_parser("snapshot", help="rebuild snapshots as of a time"), with_master=with_master)
+    add_snapshot_arguments(
+        sub.add_parser("snapshot", help="rebuild snapshots as of a time"), with_master=with_master
+    )
     sub.add_parser("formats", help="list the source formats")
     return parser
 

@@ -27,7 +27,9 @@ _LOCAL_CONF = {
 }
 
 
-def build_session(master: str | None = None, app_name: str = "cdc-replay", extra_conf: dict[str, str] | None = None) -> SparkSession:
+def build_session(
+    master: str | None = None, app_name: str = "cdc-replay", extra_conf: dict[str, str] | None = None
+) -> SparkSession:
     """Return the session for a replay run.
 
     ``master=None`` means "whatever spark-submit configured", falling back to ``local[*]`` when

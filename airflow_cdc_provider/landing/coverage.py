@@ -87,10 +87,14 @@ class CoverageSpec:
             PartitionLayout(self.partition_pattern, self.partition_timezone)  # validates both
         if self.strategy == "event_time":
             if not self.source_format:
-                raise CoverageSpecError("strategy 'event_time' needs source_format (the --format of the landed records)")
+                raise CoverageSpecError(
+                    "strategy 'event_time' needs source_format (the --format of the landed records)"
+                )
             extractor_for(self.source_format)  # fails clearly for formats it cannot read
         if self.allowed_lateness_ms < 0:
-            raise CoverageSpecError(f"allowed_lateness must not be negative, got {self.allowed_lateness_ms} ms")
+            raise CoverageSpecError(
+                f"allowed_lateness must not be negative, got {self.allowed_lateness_ms} ms"
+            )
         if self.newest_files < 1:
             raise CoverageSpecError(f"newest_files must be at least 1, got {self.newest_files}")
 
@@ -117,7 +121,9 @@ def _covering_start(layout: PartitionLayout, as_of_ms: int) -> datetime:
     """Start of the partition holding the last millisecond before AS OF."""
     start = layout.start_of(layout.holding(_instant(as_of_ms - 1)))
     if start is None:
-        raise CoverageSpecError(f"partition_pattern {layout.pattern!r} cannot read back the folders it writes")
+        raise CoverageSpecError(
+            f"partition_pattern {layout.pattern!r} cannot read back the folders it writes"
+        )
     return start
 
 
@@ -130,7 +136,9 @@ def _newest(partitions: list[tuple[datetime, str]], layout: PartitionLayout) -> 
 def check_marker(spec: CoverageSpec, probe: LandingProbe) -> Coverage:
     layout = spec.layout(probe)
     if layout is None:
-        waiting = f"{probe.display(spec.marker)} (no dt=/date=/ds= partition folders, so a marker at the root)"
+        waiting = (
+            f"{probe.display(spec.marker)} (no dt=/date=/ds= partition folders, so a marker at the root)"
+        )
         if probe.exists(spec.marker):
             return Coverage(True, waiting, f"{probe.display(spec.marker)} exists")
         return Coverage(False, waiting, f"{probe.display(spec.marker)} does not exist")
@@ -170,6 +178,7 @@ def _newest_files(spec: CoverageSpec, probe: LandingProbe) -> list[ProbedFile]:
     With time partitions only the newest partitions are listed (a poke must not list a whole
     landing); without, every file is listed (metadata only) and the most recently modified win.
     """
+
     def newest_first(files: list[ProbedFile]) -> list[ProbedFile]:
         return sorted(files, key=lambda f: (f.modified_ms or 0, f.relative), reverse=True)
 

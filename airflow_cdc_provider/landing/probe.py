@@ -110,9 +110,7 @@ class LandingProbe:
     def glob_dirs(self, pattern: str) -> list[str]:
         """Relative paths of the directories matching a glob pattern under the root."""
         found = self.fs.glob(self._abs(pattern), detail=True)
-        return sorted(
-            self._relative(path) for path, info in found.items() if info.get("type") == "directory"
-        )
+        return sorted(self._relative(path) for path, info in found.items() if info.get("type") == "directory")
 
     def child_dirs(self, relative: str = "") -> list[str]:
         """Names of the directories directly under ``relative`` (none when it does not exist)."""
@@ -121,7 +119,9 @@ class LandingProbe:
         except FileNotFoundError:
             return []
         return sorted(
-            entry["name"].rstrip("/").rsplit("/", 1)[-1] for entry in entries if entry.get("type") == "directory"
+            entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            for entry in entries
+            if entry.get("type") == "directory"
         )
 
     def files(self, relative: str = "") -> list[ProbedFile]:
@@ -174,7 +174,7 @@ class LandingProbe:
         if path == root:
             return ""
         if path.startswith(root + "/"):
-            return path[len(root) + 1:]
+            return path[len(root) + 1 :]
         # Some filesystems report paths without the leading "/" the root carries (memory://).
         stripped = root.lstrip("/")
-        return path.lstrip("/")[len(stripped) + 1:] if path.lstrip("/").startswith(stripped + "/") else path
+        return path.lstrip("/")[len(stripped) + 1 :] if path.lstrip("/").startswith(stripped + "/") else path

@@ -127,7 +127,9 @@ class CdcSnapshotOperator(BaseOperator):
         self.driver_log_level = normalise_log_level(driver_log_level)  # a typo fails when the DAG is parsed
         dag_id = self.dag.dag_id if self.has_dag() else None
         self.output_asset = (
-            asset_from_argument(output_asset) if output_asset is not None else snapshot_asset(output_path, dag_id, self.task_id)
+            asset_from_argument(output_asset)
+            if output_asset is not None
+            else snapshot_asset(output_path, dag_id, self.task_id)
         )
         if self.output_asset not in self.outlets:
             self.outlets = [*self.outlets, self.output_asset]

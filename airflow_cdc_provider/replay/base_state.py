@@ -27,7 +27,15 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats.events import (
+    IGNORED_DDL,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    OP_DELETE,
+    OP_TRUNCATE,
+    empty_image,
+    position_text,
+)
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.replay.fold import TAG_ROW
 
@@ -47,7 +55,9 @@ class BaseState:
     as_of_ms: int
     keys: list[Any]
     tables_filter: list[str]
-    tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # signatures, dropped, key_columns, last_event_ms
+    tables: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # signatures, dropped, key_columns, last_event_ms
     files: dict[str, list[Any]] = field(default_factory=dict)  # path -> [size, newest event ms or None]
 
     @property
@@ -65,10 +75,18 @@ class BaseState:
         return seen is not None and seen[0] == landed.size and not self.covers(landed)
 
     def to_json(self) -> str:
-        return json.dumps({
-            "version": STATE_VERSION, "format": self.format, "as_of_ms": self.as_of_ms, "keys": self.keys,
-            "tables_filter": self.tables_filter, "tables": self.tables, "files": self.files,
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "version": STATE_VERSION,
+                "format": self.format,
+                "as_of_ms": self.as_of_ms,
+                "keys": self.keys,
+                "tables_filter": self.tables_filter,
+                "tables": self.tables,
+                "files": self.files,
+            },
+            sort_keys=True,
+        )
 
 
 def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | None, str | None]:
@@ -78,7 +96,10 @@ def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | 
     path = jvm.org.apache.hadoop.fs.Path(f"{uri}/{STATE_FILE}")
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(path):
-        return None, f"the base {base_output} has no {STATE_DIR}/{STATE_FILE} (missing, or written without --keep-state)"
+        return (
+            None,
+            f"the base {base_output} has no {STATE_DIR}/{STATE_FILE} (missing, or written without --keep-state)",
+        )
     stream = fs.open(path)
     try:
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
@@ -86,14 +107,24 @@ def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | 
         stream.close()
     data = json.loads(text)
     if data.get("version") != STATE_VERSION:
-        return None, f"the base's state has version {data.get('version')}, this job reads version {STATE_VERSION}"
+        return (
+            None,
+            f"the base's state has version {data.get('version')}, this job reads version {STATE_VERSION}",
+        )
     return BaseState(
-        uri=uri, format=data["format"], as_of_ms=int(data["as_of_ms"]), keys=data["keys"],
-        tables_filter=data["tables_filter"], tables=data["tables"], files=data["files"],
+        uri=uri,
+        format=data["format"],
+        as_of_ms=int(data["as_of_ms"]),
+        keys=data["keys"],
+        tables_filter=data["tables_filter"],
+        tables=data["tables"],
+        files=data["files"],
     ), None
 
 
-def split_base_rows(spark: SparkSession, state: BaseState, keyed: DataFrame, whole_tables: list[str]) -> tuple[DataFrame, DataFrame]:
+def split_base_rows(
+    spark: SparkSession, state: BaseState, keyed: DataFrame, whole_tables: list[str]
+) -> tuple[DataFrame, DataFrame]:
     """``(rows to fold, rows to carry)``: the base's rows this run's events touch, and the others.
 
     Only keys a new row change names (under its new or old key) can change, so only their base
@@ -102,7 +133,12 @@ def split_base_rows(spark: SparkSession, state: BaseState, keyed: DataFrame, who
     Keeps an incremental run's cost tied to what changed rather than to the size of the base.
     """
     rows = spark.read.parquet(state.rows_uri)
-    touched = keyed.where(F.col("_tag") == TAG_ROW).select("table", "_key").distinct().withColumn("_touched", F.lit(True))
+    touched = (
+        keyed.where(F.col("_tag") == TAG_ROW)
+        .select("table", "_key")
+        .distinct()
+        .withColumn("_touched", F.lit(True))
+    )
     marked = rows.join(touched, on=["table", "_key"], how="left")
     refold = F.col("_touched").isNotNull() | F.col("table").isin(whole_tables)
     return marked.where(refold).drop("_touched"), marked.where(~refold).drop("_touched")
@@ -125,7 +161,7 @@ def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
     )
     values = {
         "table": F.col("table"),
-        "kind": F.lit(ev.KIND_CHANGE),
+        "kind": F.lit(KIND_CHANGE),
         "op": last["op"],
         "event_ms": last["event_ms"],
         "log_pos": last["log_pos"],
@@ -165,16 +201,19 @@ def carried_as_resolved(rows: DataFrame, resolved: DataFrame) -> DataFrame:
         "last_event_ms": F.col("last.event_ms"),
         "key_names": F.col("key_names"),
         "exists": F.col("exists"),
-        "image": F.when(F.col("exists"), F.col("image")).otherwise(ev.empty_image()),
+        "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image()),
     }
     return _shaped(rows, values, resolved.schema)
 
 
 def _shaped(rows: DataFrame, values: dict, schema) -> DataFrame:
     """``rows`` as ``schema``'s columns, in order: the given values, null for the rest."""
-    return rows.select(*[
-        (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
-    ])
+    return rows.select(
+        *[
+            (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+    )
 
 
 def state_rows(resolved: DataFrame) -> DataFrame:
@@ -185,10 +224,17 @@ def state_rows(resolved: DataFrame) -> DataFrame:
     """
     last = F.col("last")
     return resolved.where((F.col("_tag") == TAG_ROW) & last.isNotNull()).select(
-        "table", "_key", "exists", F.when(F.col("exists"), F.col("image")).alias("image"), "key_names",
+        "table",
+        "_key",
+        "exists",
+        F.when(F.col("exists"), F.col("image")).alias("image"),
+        "key_names",
         F.struct(
-            F.when(F.col("exists"), last["op"]).otherwise(F.lit(ev.OP_DELETE)).alias("op"),
-            *[last[name].alias(name) for name in ("event_ms", "log_pos", "file", "line", "file_pos", "sub_pos")],
+            F.when(F.col("exists"), last["op"]).otherwise(F.lit(OP_DELETE)).alias("op"),
+            *[
+                last[name].alias(name)
+                for name in ("event_ms", "log_pos", "file", "line", "file_pos", "sub_pos")
+            ],
         ).alias("last"),
     )
 
@@ -221,7 +267,9 @@ class NewEvents:
     whole_tables: list[str]  # tables with a truncate or DDL: every base row of theirs is folded again
 
 
-def scan_new_events(events: DataFrame, state: BaseState, reread_paths: set[str], partial_images: bool) -> NewEvents:
+def scan_new_events(
+    events: DataFrame, state: BaseState, reread_paths: set[str], partial_images: bool
+) -> NewEvents:
     """One pass over this run's decoded events: late changes, unreplayable ones, tables changed whole.
 
     ``events`` are those decoded from files the base did not cover; ``reread_paths`` the files it
@@ -229,22 +277,28 @@ def scan_new_events(events: DataFrame, state: BaseState, reread_paths: set[str],
     formats with partial images, any truncate) change rows the base's summary cannot replay.
     """
     late = ~_in_files(reread_paths) & _by_base_as_of(state)
-    is_change = F.col("kind") == ev.KIND_CHANGE
-    is_truncate = is_change & (F.col("op") == ev.OP_TRUNCATE)
-    is_ddl = (F.col("kind") == ev.KIND_IGNORED) & (F.col("reason") == ev.IGNORED_DDL)
+    is_change = F.col("kind") == KIND_CHANGE
+    is_truncate = is_change & (F.col("op") == OP_TRUNCATE)
+    is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
     structural = (is_ddl & late) | (is_truncate & (late | F.lit(partial_images)))
     found = events.select(
         F.count(F.when(is_change & late & ~is_truncate, 1)).alias("late"),
         F.count(F.when(structural, 1)).alias("structural"),
-        F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias("first"),
-        F.collect_set(F.when((is_ddl | is_truncate) & ~applied_by_base(state, reread_paths), F.col("table"))).alias("whole_tables"),
+        F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias(
+            "first"
+        ),
+        F.collect_set(
+            F.when((is_ddl | is_truncate) & ~applied_by_base(state, reread_paths), F.col("table"))
+        ).alias("whole_tables"),
     ).first()
     whole_tables = sorted(found["whole_tables"])
     if found["structural"]:
         f = found["first"]
-        what = "truncate" if f["op"] == ev.OP_TRUNCATE else "DDL"
-        why = (f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
-               f"(first: {what} in {ev.position_text(f['file'], f['line'], f['file_pos'])})")
+        what = "truncate" if f["op"] == OP_TRUNCATE else "DDL"
+        why = (
+            f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
+            f"(first: {what} in {position_text(f['file'], f['line'], f['file_pos'])})"
+        )
         return NewEvents(found["late"], why, whole_tables)
     return NewEvents(found["late"], None, whole_tables)
 
@@ -260,4 +314,3 @@ def unreplayable_partials(folded: DataFrame) -> int:
         "moves_out", lambda m: m["partial"] & (m["ord"] < base_ord)
     )
     return folded.where((F.col("_tag") == TAG_ROW) & base_ord.isNotNull() & older).count()
-

@@ -16,14 +16,36 @@ from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
-from airflow_cdc_provider.formats import events as ev
 from airflow_cdc_provider.formats import get_decoder
+from airflow_cdc_provider.formats.events import (
+    CANONICAL_EVENT_SCHEMA,
+    IGNORED_TABLE_FILTER,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    position_text,
+)
 from airflow_cdc_provider.formats.landed_files import (
     LandedFile,
     checkpoint_salvaging,
     list_landed_files,
 )
-from airflow_cdc_provider.replay import base_state as bs
+from airflow_cdc_provider.replay.base_state import (
+    IGNORED_IN_BASE,
+    ROWS_DIR,
+    STATE_DIR,
+    STATE_FILE,
+    BaseState,
+    applied_by_base,
+    base_rows_as_keyed,
+    carried_as_resolved,
+    file_horizons,
+    read_base_state,
+    scan_new_events,
+    split_base_rows,
+    state_rows,
+    unreplayable_partials,
+)
 from airflow_cdc_provider.replay.fold import (
     TAG_IGNORED,
     TAG_NO_KEY,
@@ -51,7 +73,6 @@ from airflow_cdc_provider.replay.spec import SnapshotSpec, parse_keys  # noqa: F
 log = logging.getLogger(__name__)
 
 
-
 class ReplayError(RuntimeError):
     """A run that cannot produce a correct snapshot; the message says what to do."""
 
@@ -71,17 +92,20 @@ def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
     selected = F.lit(False)
     for name in tables:
         selected = selected | (t == name) | t.endswith("." + name)
-    drop = (F.col("kind") == ev.KIND_CHANGE) | (F.col("kind") == ev.KIND_IGNORED)
+    drop = (F.col("kind") == KIND_CHANGE) | (F.col("kind") == KIND_IGNORED)
     drop = drop & t.isNotNull() & ~selected
-    return events.withColumns({
-        "reason": F.when(drop, F.lit(ev.IGNORED_TABLE_FILTER)).otherwise(F.col("reason")),
-        "kind": F.when(drop, F.lit(ev.KIND_IGNORED)).otherwise(F.col("kind")),
-    })
+    return events.withColumns(
+        {
+            "reason": F.when(drop, F.lit(IGNORED_TABLE_FILTER)).otherwise(F.col("reason")),
+            "kind": F.when(drop, F.lit(KIND_IGNORED)).otherwise(F.col("kind")),
+        }
+    )
 
 
 def _metadata_columns(last: F.Column) -> list[F.Column]:
     position = F.when(
-        F.size(last["log_pos"]) > 0, F.array_join(F.transform(last["log_pos"], lambda p: p.cast("string")), ":")
+        F.size(last["log_pos"]) > 0,
+        F.array_join(F.transform(last["log_pos"], lambda p: p.cast("string")), ":"),
     ).otherwise(F.concat_ws(":", last["file"], last["line"].cast("string")))
     return [
         last["op"].alias("_cdc_op"),
@@ -109,13 +133,13 @@ class _Input:
     events: DataFrame
     files: list[LandedFile]
     skipped: dict[str, list[LandedFile]]
-    base: bs.BaseState | None
+    base: BaseState | None
     incremental: dict | None  # the metrics' "incremental" block when --base was given
     horizons: dict[str, int | None] = field(default_factory=dict)
     whole_tables: list[str] = field(default_factory=list)  # tables whose base rows are all folded again
 
 
-def _base_mismatch(spec: SnapshotSpec, state: bs.BaseState) -> str | None:
+def _base_mismatch(spec: SnapshotSpec, state: BaseState) -> str | None:
     if state.format != spec.source_format:
         return f"the base was built from --format {state.format}, this run reads {spec.source_format}"
     if state.as_of_ms > spec.as_of_ms:
@@ -139,46 +163,77 @@ def _read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images:
     """
     listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
     skipped = {SKIPPED_PARTITION: after_as_of}
-    state, why_full = bs.read_base_state(spark, spec.base) if spec.base else (None, None)
+    state, why_full = read_base_state(spark, spec.base) if spec.base else (None, None)
     if state is not None:
         why_full = _base_mismatch(spec, state)
     if state is not None and why_full is None:
         covered = [f for f in listed if state.covers(f)]
         fresh = [f for f in listed if f not in covered]
         events, fresh = (
-            checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered)) if fresh else (_no_events(spark), [])
+            checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered))
+            if fresh
+            else (_no_events(spark), [])
         )
         reread = {f.path for f in fresh if state.reread(f)}
-        scan = bs.scan_new_events(events, state, reread, partial_images)
+        scan = scan_new_events(events, state, reread, partial_images)
         why_full = scan.why_full
         if why_full is None:
-            horizons = bs.file_horizons(events) if spec.writes_state else {}
-            applied_by_base = bs.applied_by_base(state, reread) & F.col("kind").isin(ev.KIND_CHANGE, ev.KIND_IGNORED)
-            marked = events.withColumns({
-                "kind": F.when(applied_by_base, F.lit(ev.KIND_IGNORED)).otherwise(F.col("kind")),
-                "reason": F.when(applied_by_base, F.lit(bs.IGNORED_IN_BASE)).otherwise(F.col("reason")),
-            }) if reread else events
+            horizons = file_horizons(events) if spec.writes_state else {}
+            in_base = applied_by_base(state, reread) & F.col("kind").isin(KIND_CHANGE, KIND_IGNORED)
+            marked = (
+                events.withColumns(
+                    {
+                        "kind": F.when(in_base, F.lit(KIND_IGNORED)).otherwise(F.col("kind")),
+                        "reason": F.when(in_base, F.lit(IGNORED_IN_BASE)).otherwise(F.col("reason")),
+                    }
+                )
+                if reread
+                else events
+            )
             skipped[SKIPPED_IN_BASE] = covered
-            incremental = {"base": spec.base, "base_as_of": format_as_of(state.as_of_ms), "applied": True,
-                           "reason": None, "late_events": scan.late}
+            incremental = {
+                "base": spec.base,
+                "base_as_of": format_as_of(state.as_of_ms),
+                "applied": True,
+                "reason": None,
+                "late_events": scan.late,
+            }
             return _Input(marked, fresh, skipped, state, incremental, horizons, scan.whole_tables)
         events.unpersist()
     return _read_all(spark, spec, decode, listed, skipped, state, why_full)
 
 
-def _read_all(spark: SparkSession, spec: SnapshotSpec, decode, listed: list[LandedFile],
-              skipped: dict[str, list[LandedFile]], state: bs.BaseState | None, why_full: str | None) -> _Input:
+def _read_all(
+    spark: SparkSession,
+    spec: SnapshotSpec,
+    decode,
+    listed: list[LandedFile],
+    skipped: dict[str, list[LandedFile]],
+    state: BaseState | None,
+    why_full: str | None,
+) -> _Input:
     if why_full is not None:
         log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
     events, files = checkpoint_salvaging(spark, listed, decode)
-    incremental = {"base": spec.base, "base_as_of": None if state is None else format_as_of(state.as_of_ms),
-                   "applied": False, "reason": why_full, "late_events": None} if spec.base else None
-    horizons = bs.file_horizons(events) if spec.writes_state else {}
+    incremental = (
+        {
+            "base": spec.base,
+            "base_as_of": None if state is None else format_as_of(state.as_of_ms),
+            "applied": False,
+            "reason": why_full,
+            "late_events": None,
+        }
+        if spec.base
+        else None
+    )
+    horizons = file_horizons(events) if spec.writes_state else {}
     return _Input(events, files, {SKIPPED_PARTITION: skipped[SKIPPED_PARTITION]}, None, incremental, horizons)
 
 
 def _no_events(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], ev.CANONICAL_EVENT_SCHEMA).withColumn("_content_hash", F.lit(0).cast("bigint"))
+    return spark.createDataFrame([], CANONICAL_EVENT_SCHEMA).withColumn(
+        "_content_hash", F.lit(0).cast("bigint")
+    )
 
 
 def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> dict:
@@ -186,28 +241,34 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
 
     def decode(landed: list[LandedFile], context: list[LandedFile] = ()) -> DataFrame:
         # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
-        quarantine_bound = (F.col("kind") == ev.KIND_QUARANTINED) | lacks_key(spec.keys)
+        quarantine_bound = (F.col("kind") == KIND_QUARANTINED) | lacks_key(spec.keys)
         options = replace(spec.decode_options, context_files=tuple(context))
-        return decoder.decode(spark, landed, options).withColumns({
-            "_content_hash": content_hash(),
-            "raw": F.when(quarantine_bound, F.col("raw")),
-        })
+        return decoder.decode(spark, landed, options).withColumns(
+            {
+                "_content_hash": content_hash(),
+                "raw": F.when(quarantine_bound, F.col("raw")),
+            }
+        )
 
     # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
     read = _read_input(spark, spec, decode, decoder.partial_images)
     events, folded, carried = _fold(spark, spec, read, decoder.partial_images)
-    if read.base is not None and decoder.partial_images and (older := bs.unreplayable_partials(folded)):
-        why = f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
+    if read.base is not None and decoder.partial_images and (older := unreplayable_partials(folded)):
+        why = (
+            f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
+        )
         folded.unpersist()
         read.events.unpersist()
         listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
-        read = _read_all(spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why)
+        read = _read_all(
+            spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why
+        )
         events, folded, carried = _fold(spark, spec, read, decoder.partial_images)
     resolved = resolve(folded, carry_moves=decoder.partial_images)
     if carried is not None:
-        resolved = resolved.unionByName(bs.carried_as_resolved(carried, resolved))
+        resolved = resolved.unionByName(carried_as_resolved(carried, resolved))
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
     resolved = resolved.localCheckpoint(eager=True)
     try:
@@ -218,8 +279,9 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         read.events.unpersist()
 
 
-def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input,
-          partial_images: bool) -> tuple[DataFrame, DataFrame, DataFrame | None]:
+def _fold(
+    spark: SparkSession, spec: SnapshotSpec, read: _Input, partial_images: bool
+) -> tuple[DataFrame, DataFrame, DataFrame | None]:
     """``(events, folded, carried)``: the selected events, their fold, and the base's untouched rows.
 
     With a base, only the base rows of keys this run's events touch join the fold; the others
@@ -231,8 +293,8 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: _Input,
     carried = None
     if read.base is not None:
         keyed = keyed.withColumn("_base", F.lit(False))
-        touched, carried = bs.split_base_rows(spark, read.base, keyed, read.whole_tables)
-        keyed = keyed.unionByName(bs.base_rows_as_keyed(touched, keyed))
+        touched, carried = split_base_rows(spark, read.base, keyed, read.whole_tables)
+        keyed = keyed.unionByName(base_rows_as_keyed(touched, keyed))
     folded = fold(keyed, keep_resets=partial_images)
     if partial_images:
         folded = folded.localCheckpoint(eager=True)
@@ -262,7 +324,11 @@ def _group_counts(resolved: DataFrame) -> list:
     """One small row per (table, tag, reason): everything the metrics need."""
     c = F.col("counts")
     return (
-        resolved.groupBy("table", "_tag", F.when(F.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED), F.col("first.reason")).alias("reason"))
+        resolved.groupBy(
+            "table",
+            "_tag",
+            F.when(F.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED), F.col("first.reason")).alias("reason"),
+        )
         .agg(
             F.sum("n").alias("n"),
             F.sum("after_as_of").alias("after_as_of"),
@@ -279,7 +345,9 @@ def _group_counts(resolved: DataFrame) -> list:
     )
 
 
-def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events: DataFrame, resolved: DataFrame) -> dict:
+def _write(
+    spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events: DataFrame, resolved: DataFrame
+) -> dict:
     groups = _group_counts(resolved)
     keyless = sorted({g["table"] for g in groups if g["_tag"] == TAG_NO_KEY})
     if keyless:
@@ -291,29 +359,41 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
     if spec.on_error == "fail" and any(g["_tag"] == TAG_QUARANTINED for g in groups):
         first = quarantined.select("first.*").orderBy("file", "file_pos", "sub_pos").first()
         raise QuarantineError(
-            f"cannot decode {ev.position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
+            f"cannot decode {position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
             f"{first['reason']} (--on-error fail; rerun with --on-error quarantine to set such records aside)"
         )
 
     base_tables = read.base.tables if read.base is not None else {}
-    tables = sorted({g["table"] for g in groups if g["_tag"] in (TAG_ROW, TAG_TRUNCATE) and g["table"]} | set(base_tables))
+    tables = sorted(
+        {g["table"] for g in groups if g["_tag"] in (TAG_ROW, TAG_TRUNCATE) and g["table"]} | set(base_tables)
+    )
 
     def first_seen(table: str, col: str, spark_type: str) -> tuple:
         """(position, file, type) of the first event declaring ``col`` as ``spark_type`` (error path only)."""
         hit = (
             events.where((F.col("table") == table) & (F.col("types")[col] == spark_type))
-            .select(F.min_by(F.struct(ordering(events).alias("o"), F.col("file").alias("f")), ordering(events)).alias("m"))
+            .select(
+                F.min_by(
+                    F.struct(ordering(events).alias("o"), F.col("file").alias("f")), ordering(events)
+                ).alias("m")
+            )
             .first()["m"]
         )
         if hit is None:
             return ((), "an unknown file", spark_type)
         o = hit["o"]
-        return ((tuple(o["log_pos"] or ()), o["event_ms"] or 0, hit["f"], o["file_pos"]), hit["f"], spark_type)
+        return (
+            (tuple(o["log_pos"] or ()), o["event_ms"] or 0, hit["f"], o["file_pos"]),
+            hit["f"],
+            spark_type,
+        )
 
     base_inputs = None
     if read.base is not None:
         base_inputs = SchemaInputs(
-            signatures=[(t, [tuple(c) for c in sig]) for t, info in base_tables.items() for sig in info["signatures"]],
+            signatures=[
+                (t, [tuple(c) for c in sig]) for t, info in base_tables.items() for sig in info["signatures"]
+            ],
             dropped={t: set(info["dropped"]) for t, info in base_tables.items()},
         )
     typing_inputs = schema_inputs(resolved, base_inputs)
@@ -326,7 +406,9 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
         select = [typed_value(image, col, t).alias(col) for col, t in columns.items()]
         if spec.with_metadata:
             select += _metadata_columns(F.col("last"))
-        snapshot = resolved.where((F.col("_tag") == TAG_ROW) & (F.col("table") == table) & F.col("exists")).select(*select)
+        snapshot = resolved.where(
+            (F.col("_tag") == TAG_ROW) & (F.col("table") == table) & F.col("exists")
+        ).select(*select)
         snapshot.write.mode("overwrite").parquet(target.staging_uri(table))
         table_paths[table] = target.final_uri(table)
 
@@ -340,7 +422,9 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
             F.col("table"),
             F.col("first.reason").alias("reason"),
             F.col("first.raw").alias("record"),
-        ).orderBy("file", "file_pos", "row").coalesce(1).write.mode("overwrite").json(target.staging_uri(QUARANTINE_DIR))
+        ).orderBy("file", "file_pos", "row").coalesce(1).write.mode("overwrite").json(
+            target.staging_uri(QUARANTINE_DIR)
+        )
 
     metrics = build_metrics(spec, target, groups, table_paths, read, quarantine_count)
     if spec.writes_state:
@@ -351,10 +435,17 @@ def _write(spark, spec: SnapshotSpec, target: OutputTarget, read: _Input, events
     return metrics
 
 
-def _write_state(spec: SnapshotSpec, target: OutputTarget, read: _Input, resolved: DataFrame,
-                 typing_inputs: SchemaInputs, key_columns: dict[str, list[str]], metrics: dict) -> None:
+def _write_state(
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    read: _Input,
+    resolved: DataFrame,
+    typing_inputs: SchemaInputs,
+    key_columns: dict[str, list[str]],
+    metrics: dict,
+) -> None:
     """``_cdc_state/``: what a later ``--base`` run starts from (see replay/base_state.py)."""
-    bs.state_rows(resolved).write.mode("overwrite").parquet(target.staging_uri(bs.STATE_DIR, bs.ROWS_DIR))
+    state_rows(resolved).write.mode("overwrite").parquet(target.staging_uri(STATE_DIR, ROWS_DIR))
     base = read.base
     files = dict(base.files) if base is not None else {}
     for landed in read.files:
@@ -362,24 +453,47 @@ def _write_state(spec: SnapshotSpec, target: OutputTarget, read: _Input, resolve
     tables = {}
     for table, entry in metrics["tables"].items():
         tables[table] = {
-            "signatures": sorted({tuple(map(tuple, sig)) for t, sig in typing_inputs.signatures if t == table}),
+            "signatures": sorted(
+                {tuple(map(tuple, sig)) for t, sig in typing_inputs.signatures if t == table}
+            ),
             "dropped": sorted(typing_inputs.dropped.get(table, ())),
             "key_columns": key_columns.get(table, []),
             "last_event_ms": entry["last_event_ms"],
         }
-    state = bs.BaseState(
-        uri=target.final_uri(bs.STATE_DIR), format=spec.source_format, as_of_ms=spec.as_of_ms,
-        keys=_keys_json(spec.keys), tables_filter=sorted(spec.tables), tables=tables, files=files,
+    state = BaseState(
+        uri=target.final_uri(STATE_DIR),
+        format=spec.source_format,
+        as_of_ms=spec.as_of_ms,
+        keys=_keys_json(spec.keys),
+        tables_filter=sorted(spec.tables),
+        tables=tables,
+        files=files,
     )
-    target.write_text(f"{bs.STATE_DIR}/{bs.STATE_FILE}", state.to_json())
+    target.write_text(f"{STATE_DIR}/{STATE_FILE}", state.to_json())
 
 
-def build_metrics(spec: SnapshotSpec, target: OutputTarget, groups, table_paths, read: _Input, quarantine_count: int) -> dict:
+def build_metrics(
+    spec: SnapshotSpec, target: OutputTarget, groups, table_paths, read: _Input, quarantine_count: int
+) -> dict:
     def zero_table() -> dict:
         return {
-            "rows": 0, "path": None, "inserts": 0, "updates": 0, "deletes": 0, "last_event_ms": None,
-            "updates_of_unknown_key": 0, "deletes_of_unknown_key": 0, "truncates": 0,
-            "events": {"read": 0, "applied": 0, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0},
+            "rows": 0,
+            "path": None,
+            "inserts": 0,
+            "updates": 0,
+            "deletes": 0,
+            "last_event_ms": None,
+            "updates_of_unknown_key": 0,
+            "deletes_of_unknown_key": 0,
+            "truncates": 0,
+            "events": {
+                "read": 0,
+                "applied": 0,
+                "after_as_of": 0,
+                "ignored": 0,
+                "duplicates": 0,
+                "quarantined": 0,
+            },
         }
 
     totals = {"read": 0, "applied": 0, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
@@ -389,7 +503,14 @@ def build_metrics(spec: SnapshotSpec, target: OutputTarget, groups, table_paths,
     for g in groups:
         tag, n = g["_tag"], int(g["n"] or 0)
         after = int(g["after_as_of"] or 0)
-        entry = {"read": n, "applied": 0, "after_as_of": after, "ignored": 0, "duplicates": 0, "quarantined": 0}
+        entry = {
+            "read": n,
+            "applied": 0,
+            "after_as_of": after,
+            "ignored": 0,
+            "duplicates": 0,
+            "quarantined": 0,
+        }
         t = tables.get(g["table"]) if g["table"] in tables else None
         if tag == TAG_ROW:
             applied = sum(int(g[k] or 0) for k in ("inserts", "updates", "deletes", "deletes_unknown"))

@@ -73,7 +73,7 @@ class OutputTarget:
         return "/".join([self.uri, *parts])
 
     @contextmanager
-    def exclusive(self) -> Iterator["OutputTarget"]:
+    def exclusive(self) -> Iterator[OutputTarget]:
         """Hold the output's lock for a whole run: check, clean leftovers, write, commit or abort."""
         if self.parent is None:
             raise OutputError(f"output {self.uri} is a file system root; choose a folder inside it")

@@ -46,7 +46,7 @@ class LockHolder:
     started_at: str
 
     @classmethod
-    def this_process(cls, run_id: str) -> "LockHolder":
+    def this_process(cls, run_id: str) -> LockHolder:
         started = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return cls(run_id=run_id, host=socket.gethostname(), pid=os.getpid(), started_at=started)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats import events as ev
+from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
 from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW, TAG_TRUNCATE
 
 
@@ -29,7 +29,11 @@ def table_changes(folded: DataFrame) -> DataFrame:
 
 
 def _by_ord(left: Column, right: Column) -> Column:
-    return F.when(left["ord"] < right["ord"], F.lit(-1)).when(left["ord"] > right["ord"], F.lit(1)).otherwise(F.lit(0))
+    return (
+        F.when(left["ord"] < right["ord"], F.lit(-1))
+        .when(left["ord"] > right["ord"], F.lit(1))
+        .otherwise(F.lit(0))
+    )
 
 
 def _walk(history: Column, truncs: Column) -> Column:
@@ -41,7 +45,14 @@ def _walk(history: Column, truncs: Column) -> Column:
     sortable = F.transform(
         history,
         lambda x: F.struct(
-            F.struct(x["ord"]["log_pos"], x["ord"]["event_ms"], x["h"], x["ord"]["file"], x["ord"]["file_pos"], x["ord"]["sub_pos"]).alias("k"),
+            F.struct(
+                x["ord"]["log_pos"],
+                x["ord"]["event_ms"],
+                x["h"],
+                x["ord"]["file"],
+                x["ord"]["file_pos"],
+                x["ord"]["sub_pos"],
+            ).alias("k"),
             x.alias("x"),
         ),
     )
@@ -63,7 +74,8 @@ def _walk(history: Column, truncs: Column) -> Column:
 
     def step(s: Column, x: Column) -> Column:
         truncated_between = F.coalesce(
-            F.exists(truncs, lambda t: (t < x["ord"]) & (s["prev_ord"].isNull() | (t > s["prev_ord"]))), F.lit(False)
+            F.exists(truncs, lambda t: (t < x["ord"]) & (s["prev_ord"].isNull() | (t > s["prev_ord"]))),
+            F.lit(False),
         )
         exists = s["exists"] & ~truncated_between
         dup = x["counted"] & F.coalesce(s["prev_h"] == x["h"], F.lit(False))
@@ -78,8 +90,12 @@ def _walk(history: Column, truncs: Column) -> Column:
             (s["updates"] + F.when(count & ((op == 2) | (op == 4)), 1).otherwise(0)).alias("updates"),
             (s["deletes"] + F.when(count & (op == 3) & exists, 1).otherwise(0)).alias("deletes"),
             (s["duplicates"] + F.when(dup, 1).otherwise(0)).alias("duplicates"),
-            (s["deletes_unknown"] + F.when(count & (op == 3) & ~exists, 1).otherwise(0)).alias("deletes_unknown"),
-            (s["updates_unknown"] + F.when(count & (op == 2) & ~exists, 1).otherwise(0)).alias("updates_unknown"),
+            (s["deletes_unknown"] + F.when(count & (op == 3) & ~exists, 1).otherwise(0)).alias(
+                "deletes_unknown"
+            ),
+            (s["updates_unknown"] + F.when(count & (op == 2) & ~exists, 1).otherwise(0)).alias(
+                "updates_unknown"
+            ),
         )
 
     # The accumulator's prev_ord starts as a typed null of the element's ord type.
@@ -102,7 +118,9 @@ def _merged_image(base_image: Column, base_ord: Column, later: Column, drops: Co
     plain = F.aggregate(
         later,
         base_image,
-        lambda acc, p: F.map_concat(F.map_filter(start(acc, p), lambda k, v: ~F.map_contains_key(p["after"], k)), p["after"]),
+        lambda acc, p: F.map_concat(
+            F.map_filter(start(acc, p), lambda k, v: ~F.map_contains_key(p["after"], k)), p["after"]
+        ),
     )
 
     def stamp(image: Column, ord_: Column) -> Column:
@@ -121,9 +139,15 @@ def _merged_image(base_image: Column, base_ord: Column, later: Column, drops: Co
     )
     surviving = F.map_filter(
         stamped,
-        lambda k, s: ~F.exists(drops, lambda d: F.array_contains(d["cols"], k) & (s["o"].isNull() | (d["ord"] > s["o"]))),
+        lambda k, s: (
+            ~F.exists(
+                drops, lambda d: F.array_contains(d["cols"], k) & (s["o"].isNull() | (d["ord"] > s["o"]))
+            )
+        ),
     )
-    return F.when(F.coalesce(F.size(drops), F.lit(0)) > 0, F.transform_values(surviving, lambda k, s: s["v"])).otherwise(plain)
+    return F.when(
+        F.coalesce(F.size(drops), F.lit(0)) > 0, F.transform_values(surviving, lambda k, s: s["v"])
+    ).otherwise(plain)
 
 
 def _state_before(
@@ -135,6 +159,7 @@ def _state_before(
     partial images after it are merged on top. Unless the fold kept every reset (``keep_resets``), it
     kept only a key's latest one, so the state before a position earlier than it is not ``known``.
     """
+
     def before(o: Column) -> Column:
         return F.lit(True) if limit is None else (o < limit)
 
@@ -149,16 +174,21 @@ def _state_before(
     trunc = F.array_max(F.filter(F.coalesce(F.col("truncs"), F.array()), before))
     moved = F.array_max(F.filter(F.transform("moves_out", lambda m: m["ord"]), before))
     base_ord = F.greatest(F.when(reset_in, reset["ord"]), trunc, moved)
-    base_exists = reset_in & (base_ord == reset["ord"]) & (reset["op"] != ev.OP_DELETE)
-    base_image = F.when(base_exists, F.coalesce(reset["after"], ev.empty_image())).otherwise(ev.empty_image())
-    partials = F.filter(F.col("partials"), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"]))
+    base_exists = reset_in & (base_ord == reset["ord"]) & (reset["op"] != OP_DELETE)
+    base_image = F.when(base_exists, F.coalesce(reset["after"], empty_image())).otherwise(empty_image())
+    partials = F.filter(
+        F.col("partials"), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"])
+    )
     with_base = F.transform(
         partials,
         lambda p: F.struct(
             p["ord"].alias("ord"),
             p["after"].alias("after"),
-            (F.try_element_at(F.filter(carries, lambda c: c["ord"] == p["ord"]), F.lit(1))["image"] if carries is not None
-             else F.lit(None).cast(ev.IMAGE_TYPE)).alias("base"),
+            (
+                F.try_element_at(F.filter(carries, lambda c: c["ord"] == p["ord"]), F.lit(1))["image"]
+                if carries is not None
+                else F.lit(None).cast(IMAGE_TYPE)
+            ).alias("base"),
         ),
     )
     later = F.array_sort(with_base, _by_ord)
@@ -180,7 +210,11 @@ def carried_rows(rows: DataFrame) -> DataFrame:
     )
     return (
         moves.where(known & exists)
-        .select("table", F.col("_move.to").alias("_key"), F.struct(F.col("_move.ord").alias("ord"), image.alias("image")).alias("c"))
+        .select(
+            "table",
+            F.col("_move.to").alias("_key"),
+            F.struct(F.col("_move.ord").alias("ord"), image.alias("image")).alias("c"),
+        )
         .groupBy("table", "_key")
         .agg(F.collect_list("c").alias("carries"))
     )
@@ -201,12 +235,16 @@ def resolve(folded: DataFrame, carry_moves: bool = False) -> DataFrame:
     # Most keys only ever see full images: their row is the latest one, no walk needed.
     reset = F.col("reset")
     simple = (
-        (F.size("partials") == 0) & (F.size("moves_out") == 0)
-        & F.coalesce(F.size("truncs") == 0, F.lit(True)) & F.coalesce(F.size("drops") == 0, F.lit(True))
+        (F.size("partials") == 0)
+        & (F.size("moves_out") == 0)
+        & F.coalesce(F.size("truncs") == 0, F.lit(True))
+        & F.coalesce(F.size("drops") == 0, F.lit(True))
     )
-    exists = F.when(simple, F.coalesce(reset["op"] != ev.OP_DELETE, F.lit(False))).otherwise(exists)
-    image = F.when(simple, F.when(reset["op"] != ev.OP_DELETE, F.coalesce(reset["after"], ev.empty_image()))
-                   .otherwise(ev.empty_image())).otherwise(image)
+    exists = F.when(simple, F.coalesce(reset["op"] != OP_DELETE, F.lit(False))).otherwise(exists)
+    image = F.when(
+        simple,
+        F.when(reset["op"] != OP_DELETE, F.coalesce(reset["after"], empty_image())).otherwise(empty_image()),
+    ).otherwise(image)
     counts = _walk(F.col("history"), F.col("truncs"))
     is_row = F.col("_tag") == TAG_ROW
     return rows.select(

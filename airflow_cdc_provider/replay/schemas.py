@@ -29,7 +29,7 @@ class SchemaDriftError(ValueError):
 
 @dataclass
 class TableSchema:
-    columns: "OrderedDict[str, str]" = field(default_factory=OrderedDict)
+    columns: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
 
 def widen(current: str, new: str) -> str | None:
@@ -84,7 +84,13 @@ def dropped_columns(resolved: DataFrame, earlier: dict[str, set[str]] | None = N
     per_column = (
         resolved.where(F.col("_tag") == TAG_IGNORED)
         .select("table", change)
-        .select("table", "c.ord", F.explode(F.array_union(F.col("c.added"), F.col("c.cols"))).alias("col"), "c.cols", "c.added")
+        .select(
+            "table",
+            "c.ord",
+            F.explode(F.array_union(F.col("c.added"), F.col("c.cols"))).alias("col"),
+            "c.cols",
+            "c.added",
+        )
         .groupBy("table", "col")
         .agg(
             F.max(F.when(F.array_contains("cols", F.col("col")), F.col("ord"))).alias("dropped_at"),
@@ -116,7 +122,12 @@ def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
 
 def key_columns_of(resolved: DataFrame) -> dict[str, list[str]]:
     """The key column names each table was folded by (for tables whose rows are all gone)."""
-    rows = resolved.where(F.col("_tag") == TAG_ROW).groupBy("table").agg(F.first("key_names").alias("k")).collect()
+    rows = (
+        resolved.where(F.col("_tag") == TAG_ROW)
+        .groupBy("table")
+        .agg(F.first("key_names").alias("k"))
+        .collect()
+    )
     return {r["table"]: list(r["k"] or []) for r in rows}
 
 
@@ -139,7 +150,7 @@ def schema_inputs(resolved: DataFrame, base: SchemaInputs | None = None) -> Sche
 def table_schemas(
     resolved: DataFrame,
     tables: list[str],
-    first_seen: "callable",
+    first_seen: callable,
     key_columns: dict[str, list[str]],
     inputs: SchemaInputs,
 ) -> dict[str, TableSchema]:

@@ -36,10 +36,16 @@ class SnapshotSpec:
     def from_job_args(cls, args: SnapshotArgs, decode_options: DecodeOptions | None = None) -> SnapshotSpec:
         """The run ``args`` describe; ``decode_options`` (tests) may set the format options directly."""
         if args.on_error not in ON_ERROR_CHOICES:
-            raise ValueError(f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {args.on_error!r}")
+            raise ValueError(
+                f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {args.on_error!r}"
+            )
         keys = parse_keys(args.key_arguments)
         # One --table names the table of files that do not say which, for formats that need it.
-        table = args.tables[0] if len(args.tables) == 1 and get_decoder(args.source_format).table_from_filter else None
+        table = (
+            args.tables[0]
+            if len(args.tables) == 1 and get_decoder(args.source_format).table_from_filter
+            else None
+        )
         given = decode_options or DecodeOptions(table=table, binary_as_text=args.binary_as_text)
         options = DecodeOptions(
             key_columns=keys.default,
@@ -57,18 +63,38 @@ class SnapshotSpec:
             on_error=args.on_error,
             with_metadata=args.with_metadata,
             decode_options=options,
-            partitions=PartitionPruning(args.partitions, args.partition_timezone, parse_duration_ms(args.lateness)),
+            partitions=PartitionPruning(
+                args.partitions, args.partition_timezone, parse_duration_ms(args.lateness)
+            ),
             base=args.base_path or None,
             keep_state=args.keep_state,
         )
 
     @classmethod
-    def from_args(cls, *, source_format: str, inputs: list[str], as_of: str | int, output: str,
-                  key: Sequence[str] = (), tables: Sequence[str] = (), base: str | None = None,
-                  decode_options: DecodeOptions | None = None, **options: Any) -> SnapshotSpec:
+    def from_args(
+        cls,
+        *,
+        source_format: str,
+        inputs: list[str],
+        as_of: str | int,
+        output: str,
+        key: Sequence[str] = (),
+        tables: Sequence[str] = (),
+        base: str | None = None,
+        decode_options: DecodeOptions | None = None,
+        **options: Any,
+    ) -> SnapshotSpec:
         """A run from keyword arguments named as on the command line (tests and benchmarks)."""
-        args = SnapshotArgs(source_format=source_format, input_paths=tuple(inputs), output_path=output, as_of=str(as_of),
-                            key_arguments=tuple(key), tables=tuple(tables), base_path=base, **options)
+        args = SnapshotArgs(
+            source_format=source_format,
+            input_paths=tuple(inputs),
+            output_path=output,
+            as_of=str(as_of),
+            key_arguments=tuple(key),
+            tables=tuple(tables),
+            base_path=base,
+            **options,
+        )
         return cls.from_job_args(args, decode_options)
 
 

@@ -76,7 +76,14 @@ class CdcLandedFilesSensor(BaseSensorOperator):
         ``[operators] default_deferrable``.
     """
 
-    template_fields: Sequence[str] = ("path", "as_of", "marker", "partition_pattern", "source_format", "fs_conn_id")
+    template_fields: Sequence[str] = (
+        "path",
+        "as_of",
+        "marker",
+        "partition_pattern",
+        "source_format",
+        "fs_conn_id",
+    )
     ui_color = "#d5f5e3"
 
     def __init__(
@@ -107,7 +114,11 @@ class CdcLandedFilesSensor(BaseSensorOperator):
         self.partition_pattern = partition_pattern
         self.partition_timezone = partition_timezone
         self.source_format = source_format
-        lateness = allowed_lateness if isinstance(allowed_lateness, timedelta) else timedelta(seconds=allowed_lateness)
+        lateness = (
+            allowed_lateness
+            if isinstance(allowed_lateness, timedelta)
+            else timedelta(seconds=allowed_lateness)
+        )
         self.allowed_lateness_ms = int(lateness.total_seconds() * 1000)
         self.newest_files = newest_files
         self.fs_conn_id = fs_conn_id
@@ -143,7 +154,9 @@ class CdcLandedFilesSensor(BaseSensorOperator):
         if self.deferrable:
             self.defer(
                 trigger=CdcLandedFilesTrigger.for_spec(
-                    self.coverage_spec(context), poke_interval=self.poke_interval, deadline=time.time() + self.timeout
+                    self.coverage_spec(context),
+                    poke_interval=self.poke_interval,
+                    deadline=time.time() + self.timeout,
                 ),
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout) + _DEFERRAL_GRACE,
@@ -171,5 +184,7 @@ class CdcLandedFilesSensor(BaseSensorOperator):
     def _poke_timeout_message(self) -> str:
         last = self._last_coverage
         if last is None:
-            return f"Timed out after {self.timeout:g} s before the landing under {self.path} could be checked."
+            return (
+                f"Timed out after {self.timeout:g} s before the landing under {self.path} could be checked."
+            )
         return timeout_message(self.timeout, last.waiting_for, last.seen)

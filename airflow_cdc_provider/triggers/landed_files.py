@@ -62,7 +62,9 @@ class CdcLandedFilesTrigger(BaseTrigger):
         self.deadline = deadline
 
     @classmethod
-    def for_spec(cls, spec: CoverageSpec, *, poke_interval: float, deadline: float | None) -> CdcLandedFilesTrigger:
+    def for_spec(
+        cls, spec: CoverageSpec, *, poke_interval: float, deadline: float | None
+    ) -> CdcLandedFilesTrigger:
         return cls(**asdict(spec), poke_interval=poke_interval, deadline=deadline)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -87,6 +89,10 @@ class CdcLandedFilesTrigger(BaseTrigger):
             self.log.info("Waiting for %s; seen: %s", coverage.waiting_for, coverage.seen)
             remaining = None if self.deadline is None else self.deadline - time.time()
             if remaining is not None and remaining <= 0:
-                yield TriggerEvent({"status": "timeout", "waiting_for": coverage.waiting_for, "seen": coverage.seen})
+                yield TriggerEvent(
+                    {"status": "timeout", "waiting_for": coverage.waiting_for, "seen": coverage.seen}
+                )
                 return
-            await asyncio.sleep(self.poke_interval if remaining is None else min(self.poke_interval, remaining))
+            await asyncio.sleep(
+                self.poke_interval if remaining is None else min(self.poke_interval, remaining)
+            )

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.generate import Slots, Workload, generate, history
-from benchmarks.run import Landing, compare_text, report_text, run_all
 from tests.conftest import rows_of
 from tests.reliability.histories import DELETE
+
+from benchmarks.generate import Slots, Workload, generate, history
+from benchmarks.run import Landing, compare_text, report_text, run_all
 
 DEBEZIUM = Workload(events=2_000, keys=200, files=4, late_share=0.2, layout="hive-hour", as_of_share=0.9)
 SHAREPLEX = Workload(source_format="shareplex-json", events=2_000, keys=200, files=3, partial_share=0.5)
@@ -37,7 +38,11 @@ def folded(w: Workload) -> list[dict]:
 def bench(spark, tmp_path_factory, w: Workload, incremental_share: float = 0.0) -> tuple[Path, dict, dict]:
     work = tmp_path_factory.mktemp(w.source_format)
     expected = generate(w, work / "landed")
-    return work, expected, run_all(spark, Landing.open(work / "landed"), work, repeat=1, incremental_share=incremental_share)
+    return (
+        work,
+        expected,
+        run_all(spark, Landing.open(work / "landed"), work, repeat=1, incremental_share=incremental_share),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +58,13 @@ def rebuilt_rows(spark, work: Path, expected: dict) -> list[dict]:
 def test_debezium_rebuild_is_the_folded_history(spark, debezium):
     work, expected, report = debezium
     assert report["mismatches"] == []
-    assert report["rows"] == {"expected": expected["rows"], "b": expected["rows"], "c": expected["rows"],
-                              "d": report["rows"]["d"], "e": expected["rows"]}
+    assert report["rows"] == {
+        "expected": expected["rows"],
+        "b": expected["rows"],
+        "c": expected["rows"],
+        "d": report["rows"]["d"],
+        "e": expected["rows"],
+    }
     assert rebuilt_rows(spark, work, expected) == folded(DEBEZIUM)
     ((table, _),) = expected["tables"].items()
     assert rows_of(spark, work / "out-e" / table) == folded(DEBEZIUM)  # (e) started from a base at 70%
@@ -86,7 +96,8 @@ def test_late_events_land_in_a_later_file(debezium):
     files = sorted((work / "landed").rglob("part-*.json"))
     # 2,000 events from 10:00:01 are one hour partition of four 15-minute files; late ones fill the fourth.
     assert [f.relative_to(work / "landed").as_posix() for f in files] == [
-        f"dt=2024-09-02/hour=10/part-{i:05d}.json" for i in range(4)]
+        f"dt=2024-09-02/hour=10/part-{i:05d}.json" for i in range(4)
+    ]
     for path in files:
         relative = path.relative_to(work / "landed").as_posix()
         for line in path.read_text().splitlines():
@@ -105,7 +116,11 @@ def test_shareplex_partial_updates_rebuild_exactly(spark, tmp_path_factory):
     assert report["mismatches"] == []
     assert expected["counts"]["partial_updates"] > 0
     assert rebuilt_rows(spark, work, expected) == folded(SHAREPLEX)
-    assert report["measurements"]["b"]["note"] == report["measurements"]["d"]["note"] == "written for debezium-json only"
+    assert (
+        report["measurements"]["b"]["note"]
+        == report["measurements"]["d"]["note"]
+        == "written for debezium-json only"
+    )
     assert report["measurements"]["a"]["seconds"] > 0 and report["rows"]["b"] is None
 
 
@@ -116,8 +131,10 @@ def test_report_and_comparison_print(debezium):
     larger = json.loads(json.dumps(report))
     larger["input"]["events"] *= 10
     larger["measurements"]["c"]["seconds"] *= 12
-    assert "(c) time ratio 12.00x for 10x the events (target: <= 11x, i.e. 10M <= 11x 1M) MISSED" in compare_text(
-        report, larger)
+    assert (
+        "(c) time ratio 12.00x for 10x the events (target: <= 11x, i.e. 10M <= 11x 1M) MISSED"
+        in compare_text(report, larger)
+    )
     larger["measurements"]["c"]["seconds"] = report["measurements"]["c"]["seconds"] * 10
     assert compare_text(report, larger).endswith(" MET")
     avro = json.loads(json.dumps(report))
@@ -137,5 +154,7 @@ def test_report_counts_spark_jobs_and_times_call_sites(debezium):
     assert len(c["jobs"]) == 1 and c["jobs"][0] == sum(p["jobs"] for p in c["phases"]) > 0
     assert d["jobs"] == [0]  # DuckDB starts no Spark job
     assert c["phases"][-1]["site"] == "driver: between and around jobs"
-    assert sum(p["seconds"] for p in c["phases"]) >= c["seconds"] - 0.01  # jobs may overlap, never leave time out
+    assert (
+        sum(p["seconds"] for p in c["phases"]) >= c["seconds"] - 0.01
+    )  # jobs may overlap, never leave time out
     assert "median run, time per call site" in report_text(report)

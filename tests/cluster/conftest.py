@@ -85,7 +85,9 @@ def _wait_for(what: str, condition, process: subprocess.Popen, log: Path) -> Non
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{what}: the process exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+            raise RuntimeError(
+                f"{what}: the process exited ({process.returncode}):\n{log.read_text()[-3000:]}"
+            )
         try:
             if condition():
                 return
@@ -119,7 +121,12 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
     worker = None
     try:
         cluster_ui = f"http://{MASTER_HOST}:{master_ui_port}"
-        _wait_for("Spark master", lambda: urllib.request.urlopen(f"{cluster_ui}/json/", timeout=5), master, master_log)
+        _wait_for(
+            "Spark master",
+            lambda: urllib.request.urlopen(f"{cluster_ui}/json/", timeout=5),
+            master,
+            master_log,
+        )
         worker = _start(
             ["org.apache.spark.deploy.worker.Worker", "--host", MASTER_HOST, "--cores", str(WORKER_CORES),
              "--memory", WORKER_MEMORY, "--work-dir", str(work / "work"), "--webui-port", str(worker_ui_port),

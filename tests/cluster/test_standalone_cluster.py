@@ -12,9 +12,10 @@ import json
 import pytest
 
 from tests import airflow_env
-from airflow_cdc_provider.sample_data import SAMPLE_LANDING
 from tests.cluster.conftest import StandaloneCluster
 from tests.sample_expectations import EXPECTED, assert_metrics_match
+
+from airflow_cdc_provider.sample_data import SAMPLE_LANDING
 
 CONNECTION = "AIRFLOW_CONN_SPARK_STANDALONE"
 
@@ -26,7 +27,9 @@ def standalone_connection(standalone_cluster: StandaloneCluster, monkeypatch: py
     monkeypatch.setenv(CONNECTION, json.dumps({"conn_type": "spark", "host": host, "port": int(port)}))
 
 
-def test_snapshot_on_a_standalone_cluster_matches_local_mode(airflow_db, standalone_cluster, standalone_connection, tmp_path):
+def test_snapshot_on_a_standalone_cluster_matches_local_mode(
+    airflow_db, standalone_cluster, standalone_connection, tmp_path
+):
     expected = EXPECTED["daily"]["2024-09-02"]
     output = tmp_path / "snapshot"
     dag = airflow_env.load_dags(airflow_env.CLUSTER_TEST_DAGS).get_dag("cdc_standalone_snapshot")
@@ -44,7 +47,7 @@ def test_snapshot_on_a_standalone_cluster_matches_local_mode(airflow_db, standal
 
     # It ran on the cluster: the master lists it as a finished application, with executors from our worker.
     state = standalone_cluster.state()
-    print('STATE', json.dumps({k: v for k, v in state.items() if 'app' in k}))
+    print("STATE", json.dumps({k: v for k, v in state.items() if "app" in k}))
     assert [app["name"] for app in state["completedapps"]] == ["cdc-replay-cdc_standalone_snapshot.snapshot"]
     assert state["completedapps"][0]["state"] == "FINISHED"
     executor_dirs = list((standalone_cluster.work_dir / state["completedapps"][0]["id"]).iterdir())

@@ -37,8 +37,18 @@ def test_every_option_round_trips():
 
 def test_defaults_round_trip_and_stay_off_the_argument_list():
     args = SnapshotArgs.build(source_format="debezium-json", input_paths="/lake/a", output_path="/o", as_of=0)
-    assert args.to_argv() == ["--format", "debezium-json", "--input", "/lake/a", "--as-of", "0", "--output", "/o",
-                              "--on-error", "quarantine"]
+    assert args.to_argv() == [
+        "--format",
+        "debezium-json",
+        "--input",
+        "/lake/a",
+        "--as-of",
+        "0",
+        "--output",
+        "/o",
+        "--on-error",
+        "quarantine",
+    ]
     assert SnapshotArgs.from_argv(args.to_argv()) == args
 
 
@@ -48,8 +58,9 @@ def test_the_command_line_parser_is_the_contracts():
     with pytest.raises(SystemExit):
         parser.parse_args(["--format", "no-such-format", "--input", "/a", "--as-of", "0", "--output", "/o"])
     with pytest.raises(CdcJobArgumentError, match="must not start with '-'"):
-        SnapshotArgs.from_argv(["--format", "qlik-json", "--input", "/a", "--as-of", "0", "--output", "/o",
-                                "--key=-x"])
+        SnapshotArgs.from_argv(
+            ["--format", "qlik-json", "--input", "/a", "--as-of", "0", "--output", "/o", "--key=-x"]
+        )
 
 
 def test_format_names_are_the_registrys():

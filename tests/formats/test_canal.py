@@ -93,12 +93,22 @@ SEED_DDL_CLEAN = (
 TYPES_ID = {"id": "bigint(20)", "shipping_type": "varchar(50)"}
 
 
-def msg(type_: str, data, *, old=None, table="t", es=1000, id_=1, mysql=None, pk=("id",), db="db", **extra) -> str:
+def msg(
+    type_: str, data, *, old=None, table="t", es=1000, id_=1, mysql=None, pk=("id",), db="db", **extra
+) -> str:
     """One Canal message as a JSON line (test input built from literals)."""
     record = {
-        "data": data, "database": db, "es": es, "id": id_, "isDdl": False,
+        "data": data,
+        "database": db,
+        "es": es,
+        "id": id_,
+        "isDdl": False,
         "mysqlType": mysql if mysql is not None else {"id": "int(11)", "name": "varchar(20)"},
-        "old": old, "pkNames": list(pk) if pk is not None else None, "sql": "", "table": table, "ts": es + 5 if isinstance(es, int) else es,
+        "old": old,
+        "pkNames": list(pk) if pk is not None else None,
+        "sql": "",
+        "table": table,
+        "ts": es + 5 if isinstance(es, int) else es,
         "type": type_,
     }
     record.update(extra)
@@ -136,11 +146,26 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
     write(d / "3_ddl_annotated.json", SEED_DDL)
     write(d / "4_ddl.json", SEED_DDL_CLEAN + "\n")
     events = decode(spark, d)
-    common = {"table": "dbname.tablename", "event_ms": 1600161894000, "log_pos": [1600161894000, 58], "sub_pos": 0}
-    assert [{k: e[k] for k in ("table", "kind", "op", "reason", "event_ms", "log_pos", "sub_pos")} for e in events] == [
+    common = {
+        "table": "dbname.tablename",
+        "event_ms": 1600161894000,
+        "log_pos": [1600161894000, 58],
+        "sub_pos": 0,
+    }
+    assert [
+        {k: e[k] for k in ("table", "kind", "op", "reason", "event_ms", "log_pos", "sub_pos")} for e in events
+    ] == [
         {**common, "kind": "change", "op": "delete", "reason": None},
         {**common, "kind": "change", "op": "delete", "reason": None},
-        {"table": None, "kind": "quarantined", "op": None, "reason": "not JSON", "event_ms": None, "log_pos": None, "sub_pos": 0},
+        {
+            "table": None,
+            "kind": "quarantined",
+            "op": None,
+            "reason": "not JSON",
+            "event_ms": None,
+            "log_pos": None,
+            "sub_pos": 0,
+        },
         {**common, "kind": "ignored", "op": None, "reason": "ddl"},
     ]
     pre2022, delete, annotated, ddl = events
@@ -156,15 +181,29 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
 def test_seed_samples_replay(replay, tmp_path):
     d = tmp_path / "seed"
     # The row the seed's DELETE removes, inserted first (full row), and a second row that stays.
-    insert = msg("INSERT", [{"id": "500000287", "shipping_type": "express"}, {"id": "500000288", "shipping_type": None}],
-                 table="tablename", db="dbname", es=1600161893000, id_=57, mysql=TYPES_ID)
+    insert = msg(
+        "INSERT",
+        [{"id": "500000287", "shipping_type": "express"}, {"id": "500000288", "shipping_type": None}],
+        table="tablename",
+        db="dbname",
+        es=1600161893000,
+        id_=57,
+        mysql=TYPES_ID,
+    )
     write(d / "0_insert.json", insert + "\n")
     write(d / "1_pre2022_delete.json", SEED_PRE_2022_DELETE)
     write(d / "2_delete.json", SEED_DELETE)
     write(d / "3_ddl_annotated.json", SEED_DDL)
     metrics, tables = replay(FMT, d)
     assert tables == {"dbname.tablename": [{"id": 500000288, "shipping_type": None}]}
-    assert metrics["events"] == {"read": 5, "applied": 3, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 2}
+    assert metrics["events"] == {
+        "read": 5,
+        "applied": 3,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 2,
+    }
     # The seed's pre-2022 DELETE names no value of its key column `id`.
     assert metrics["quarantine"]["reasons"] == {"missing key": 1, "not JSON": 1}
     t = metrics["tables"]["dbname.tablename"]
@@ -186,9 +225,18 @@ def test_flink_canal_data(replay):
     expected = json.loads((CONFORMANCE / "flink" / "canal-data.expected.json").read_text())
     metrics, tables = replay(FMT, path)
     assert list(tables) == ["inventory.products2"]
-    assert by_key(tables["inventory.products2"], "id") == by_key(typed_rows(expected["rows"], FLINK_TYPES), "id")
+    assert by_key(tables["inventory.products2"], "id") == by_key(
+        typed_rows(expected["rows"], FLINK_TYPES), "id"
+    )
     # 9 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 2 + 2 rows in 10 row messages, and one DDL message.
-    assert metrics["events"] == {"read": 21, "applied": 20, "after_as_of": 0, "ignored": 1, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 21,
+        "applied": 20,
+        "after_as_of": 0,
+        "ignored": 1,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert metrics["ignored"] == {"ddl": 1}
     t = metrics["tables"]["inventory.products2"]
     assert (t["rows"], t["inserts"], t["updates"], t["deletes"]) == (8, 11, 6, 3)
@@ -203,13 +251,28 @@ def test_flink_canal_data_filter_table(replay):
     assert sorted(tables) == ["mydb.orders", "mydb.product"]
     assert by_key(tables["mydb.product"], "id") == by_key(typed_rows(expected["rows"], FLINK_TYPES), "id")
     orders = expected["other_tables_not_test_asserted"]["mydb.orders"]["rows"]
-    order_types = {"order_number": int, "order_date": date.fromisoformat, "purchaser": int, "quantity": int, "product_id": int}
-    assert by_key(tables["mydb.orders"], "order_number") == by_key(typed_rows(orders, order_types), "order_number")
+    order_types = {
+        "order_number": int,
+        "order_date": date.fromisoformat,
+        "purchaser": int,
+        "quantity": int,
+        "product_id": int,
+    }
+    assert by_key(tables["mydb.orders"], "order_number") == by_key(
+        typed_rows(orders, order_types), "order_number"
+    )
     # mydb.project declares `id` as int(11) but holds "A101"...: the whole 9-row message is quarantined
     # (the corpus lists its raw strings because Flink's test filters that table out).
     assert metrics["quarantine"]["reasons"] == {"type mismatch": 1}
     assert metrics["ignored"] == {"ddl": 2}
-    assert metrics["events"] == {"read": 29, "applied": 26, "after_as_of": 0, "ignored": 2, "duplicates": 0, "quarantined": 1}
+    assert metrics["events"] == {
+        "read": 29,
+        "applied": 26,
+        "after_as_of": 0,
+        "ignored": 2,
+        "duplicates": 0,
+        "quarantined": 1,
+    }
     assert_events_add_up(metrics)
 
 
@@ -219,8 +282,13 @@ LICENCE_LINES = 17  # each Paimon file starts with a 17-line /* ... */ ASF licen
 
 def _paimon_casts(v5_bits: int) -> dict:
     return {
-        "pt": int, "_id": int, "v1": str, "v2": int, "v3": Decimal,
-        "v4": lambda s: s.encode("latin-1"), "v5": f32 if v5_bits == 32 else float,
+        "pt": int,
+        "_id": int,
+        "v1": str,
+        "v2": int,
+        "v3": Decimal,
+        "v4": lambda s: s.encode("latin-1"),
+        "v5": f32 if v5_bits == 32 else float,
     }
 
 
@@ -238,8 +306,13 @@ def test_paimon_schema_evolution(replay, upto):
     drop_nulls = lambda rows: by_key([{k: v for k, v in r.items() if v is not None} for r in rows], "_id")  # noqa: E731
     assert drop_nulls(got) == drop_nulls(want)
     columns = {name: sorted(rows[0]) if rows else [] for name, rows in tables.items()}
-    evolved = {1: ["_id", "pt", "v1"], 2: ["_id", "pt", "v1", "v2"], 3: ["_id", "pt", "v1", "v2"],
-               4: ["_id", "pt", "v1", "v2", "v3", "v4", "v5"], 5: ["_id", "pt", "v1", "v2", "v3", "v4", "v5"]}[upto]
+    evolved = {
+        1: ["_id", "pt", "v1"],
+        2: ["_id", "pt", "v1", "v2"],
+        3: ["_id", "pt", "v1", "v2"],
+        4: ["_id", "pt", "v1", "v2", "v3", "v4", "v5"],
+        5: ["_id", "pt", "v1", "v2", "v3", "v4", "v5"],
+    }[upto]
     assert set(map(tuple, columns.values())) == {tuple(evolved)}
     assert metrics["quarantine"]["reasons"] == {"not JSON": LICENCE_LINES * upto}
     assert_events_add_up(metrics)
@@ -252,23 +325,67 @@ def test_multi_row_messages_key_change_init_truncate_layouts_and_duplicates(spar
     rows3 = [{"id": "1", "name": "a"}, {"id": "2", "name": "b"}, {"id": "3", "name": "c"}]
     insert = msg("INSERT", rows3, es=1000, id_=1)
     layouts = [
-        msg("INSERT", [{"id": "1", "shipping_type": "a"}, {"id": "2", "shipping_type": "b"}, {"id": "3", "shipping_type": None}],
-            table="tablename", db="dbname", es=1, id_=1, mysql=TYPES_ID),
+        msg(
+            "INSERT",
+            [
+                {"id": "1", "shipping_type": "a"},
+                {"id": "2", "shipping_type": "b"},
+                {"id": "3", "shipping_type": None},
+            ],
+            table="tablename",
+            db="dbname",
+            es=1,
+            id_=1,
+            mysql=TYPES_ID,
+        ),
         # Pre-2022: data null, the deleted row in old.
-        msg("DELETE", None, old=[{"id": "1", "shipping_type": "a"}], table="tablename", db="dbname", es=2, id_=2, mysql=TYPES_ID),
+        msg(
+            "DELETE",
+            None,
+            old=[{"id": "1", "shipping_type": "a"}],
+            table="tablename",
+            db="dbname",
+            es=2,
+            id_=2,
+            mysql=TYPES_ID,
+        ),
         # Post-2022: data holds the row, old null.
-        msg("DELETE", [{"id": "2", "shipping_type": "b"}], table="tablename", db="dbname", es=3, id_=3, mysql=TYPES_ID),
+        msg(
+            "DELETE",
+            [{"id": "2", "shipping_type": "b"}],
+            table="tablename",
+            db="dbname",
+            es=3,
+            id_=3,
+            mysql=TYPES_ID,
+        ),
     ]
     lines = layouts + [
         msg("INIT", [{"id": "9", "name": "full load"}], es=900, id_=0),
         insert,
         insert,  # delivered twice (at least once): three exact duplicates
         # One UPDATE moving key 1 to 10 and renaming 2: old holds only the changed columns.
-        msg("UPDATE", [{"id": "10", "name": "a"}, {"id": "2", "name": "bb"}], old=[{"id": "1"}, {"name": "b"}], es=2000, id_=2),
+        msg(
+            "UPDATE",
+            [{"id": "10", "name": "a"}, {"id": "2", "name": "bb"}],
+            old=[{"id": "1"}, {"name": "b"}],
+            es=2000,
+            id_=2,
+        ),
         msg("DELETE", [{"id": "3", "name": "c"}, {"id": "4", "name": "never there"}], es=3000, id_=3),
         msg("INSERT", [{"id": "5", "name": "e"}], table="gone", es=1000, id_=4),
-        json.dumps({"data": None, "database": "db", "es": 4000, "id": 5, "isDdl": True, "sql": "TRUNCATE TABLE gone",
-                    "table": "gone", "type": "TRUNCATE"}),
+        json.dumps(
+            {
+                "data": None,
+                "database": "db",
+                "es": 4000,
+                "id": 5,
+                "isDdl": True,
+                "sql": "TRUNCATE TABLE gone",
+                "table": "gone",
+                "type": "TRUNCATE",
+            }
+        ),
     ]
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
     events = decode(spark, path)
@@ -278,19 +395,40 @@ def test_multi_row_messages_key_change_init_truncate_layouts_and_duplicates(spar
         (1, {"id": 2, "name": "b"}, {"id": 2, "name": "bb"}),
     ]
     assert [(e["op"], e["sub_pos"], e["before"]) for e in events[3:5]] == [
-        ("delete", 0, {"id": 1, "shipping_type": "a"}), ("delete", 0, {"id": 2, "shipping_type": "b"})
+        ("delete", 0, {"id": 1, "shipping_type": "a"}),
+        ("delete", 0, {"id": 2, "shipping_type": "b"}),
     ]
     assert [(e["op"], e["sub_pos"]) for e in events[5:] if e["op"] != "update"] == [
-        ("read", 0), ("insert", 0), ("insert", 1), ("insert", 2), ("insert", 0), ("insert", 1), ("insert", 2),
-        ("delete", 0), ("delete", 1), ("insert", 0), ("truncate", 0),
+        ("read", 0),
+        ("insert", 0),
+        ("insert", 1),
+        ("insert", 2),
+        ("insert", 0),
+        ("insert", 1),
+        ("insert", 2),
+        ("delete", 0),
+        ("delete", 1),
+        ("insert", 0),
+        ("truncate", 0),
     ]
     assert all(e["raw"] == lines[6] for e in update)
 
     metrics, tables = replay(FMT, path)
     assert sorted(tables) == ["db.gone", "db.t", "dbname.tablename"] and tables["db.gone"] == []
     assert tables["dbname.tablename"] == [{"id": 3, "shipping_type": None}]
-    assert by_key(tables["db.t"], "id") == [{"id": 2, "name": "bb"}, {"id": 9, "name": "full load"}, {"id": 10, "name": "a"}]
-    assert metrics["events"] == {"read": 18, "applied": 15, "after_as_of": 0, "ignored": 0, "duplicates": 3, "quarantined": 0}
+    assert by_key(tables["db.t"], "id") == [
+        {"id": 2, "name": "bb"},
+        {"id": 9, "name": "full load"},
+        {"id": 10, "name": "a"},
+    ]
+    assert metrics["events"] == {
+        "read": 18,
+        "applied": 15,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 3,
+        "quarantined": 0,
+    }
     t = metrics["tables"]["db.t"]
     assert (t["inserts"], t["updates"], t["deletes"], t["deletes_of_unknown_key"]) == (4, 2, 1, 1)
     assert metrics["tables"]["db.gone"]["truncates"] == 1
@@ -301,7 +439,10 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
     good = msg("INSERT", [{"id": "1", "name": "ok"}])
     lines = [
         (good, None),
-        (json.dumps({"data": [{"id": "2"}], "database": "db", "table": "t", "isDdl": False, "es": 1}), "missing op"),
+        (
+            json.dumps({"data": [{"id": "2"}], "database": "db", "table": "t", "isDdl": False, "es": 1}),
+            "missing op",
+        ),
         (msg("UPSERT", [{"id": "3", "name": "x"}]), "unknown op"),
         (msg("INSERT", ["abc"]), "row image not an object"),
         (msg("INSERT", {"id": "4", "name": "x"}), "row image not an object"),
@@ -327,9 +468,16 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
     metrics, tables = replay(FMT, path)
     assert tables == {"db.t": [{"id": 1, "name": "ok"}]}
     assert metrics["quarantine"]["reasons"] == {
-        "key unknown: delete with neither before nor after image": 1, "missing image": 2, "missing op": 1,
-        "missing table": 1, "not JSON": 1, "not a JSON object": 1, "row image not an object": 4, "truncated": 1,
-        "type mismatch": 2, "unknown op": 1,
+        "key unknown: delete with neither before nor after image": 1,
+        "missing image": 2,
+        "missing op": 1,
+        "missing table": 1,
+        "not JSON": 1,
+        "not a JSON object": 1,
+        "row image not an object": 4,
+        "truncated": 1,
+        "type mismatch": 2,
+        "unknown op": 1,
     }
     assert metrics["events"]["quarantined"] == 15
     assert_events_add_up(metrics)
@@ -337,16 +485,43 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
 
 def test_schema_drift_column_added_later_and_widening(spark, replay, tmp_path):
     v1 = {"id": "int(11)", "name": "varchar(20)", "n": "int"}
-    v2 = {"id": "int(11)", "name": "varchar(20)", "n": "bigint", "price": "decimal(10,2)", "blob": "varbinary(8)",
-          "f": "float"}
-    add = json.dumps({"data": None, "database": "db", "es": 1500, "id": 2, "isDdl": True, "table": "t", "type": "ALTER",
-                      "sql": "ALTER TABLE t ADD COLUMN price DECIMAL(10,2), ADD `blob` VARBINARY(8), ADD INDEX ix (n)"})
+    v2 = {
+        "id": "int(11)",
+        "name": "varchar(20)",
+        "n": "bigint",
+        "price": "decimal(10,2)",
+        "blob": "varbinary(8)",
+        "f": "float",
+    }
+    add = json.dumps(
+        {
+            "data": None,
+            "database": "db",
+            "es": 1500,
+            "id": 2,
+            "isDdl": True,
+            "table": "t",
+            "type": "ALTER",
+            "sql": "ALTER TABLE t ADD COLUMN price DECIMAL(10,2), ADD `blob` VARBINARY(8), ADD INDEX ix (n)",
+        }
+    )
     lines = [
         msg("INSERT", [{"id": "1", "name": "a", "n": "5"}], mysql=v1, es=1000, id_=1),
         add,
-        msg("INSERT", [{"id": "2", "name": "b", "n": "70000000000", "price": "12.30", "blob": "ab\u00ff", "f": "1.5"}],
-            mysql=v2, es=2000, id_=3),
-        msg("INSERT", [{"id": "3", "name": "c", "n": "1", "price": None, "blob": "\u20ac", "f": None}], mysql=v2, es=3000, id_=4),
+        msg(
+            "INSERT",
+            [{"id": "2", "name": "b", "n": "70000000000", "price": "12.30", "blob": "ab\u00ff", "f": "1.5"}],
+            mysql=v2,
+            es=2000,
+            id_=3,
+        ),
+        msg(
+            "INSERT",
+            [{"id": "3", "name": "c", "n": "1", "price": None, "blob": "\u20ac", "f": None}],
+            mysql=v2,
+            es=3000,
+            id_=4,
+        ),
     ]
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
     ddl = decode(spark, path)[1]
@@ -356,7 +531,14 @@ def test_schema_drift_column_added_later_and_widening(spark, replay, tmp_path):
     metrics, tables = replay(FMT, path)
     assert by_key(tables["db.t"], "id") == [
         {"id": 1, "name": "a", "n": 5, "price": None, "blob": None, "f": None},
-        {"id": 2, "name": "b", "n": 70000000000, "price": Decimal("12.30"), "blob": bytearray(b"ab\xff"), "f": 1.5},
+        {
+            "id": 2,
+            "name": "b",
+            "n": 70000000000,
+            "price": Decimal("12.30"),
+            "blob": bytearray(b"ab\xff"),
+            "f": 1.5,
+        },
         # A binary value that is not one-char-per-byte text is taken as UTF-8.
         {"id": 3, "name": "c", "n": 1, "price": None, "blob": bytearray("\u20ac".encode()), "f": None},
     ]
@@ -366,13 +548,25 @@ def test_schema_drift_column_added_later_and_widening(spark, replay, tmp_path):
 def test_type_change_that_loses_data_stops_the_job(replay, tmp_path):
     from airflow_cdc_provider.replay.schemas import SchemaDriftError
 
-    first = write(tmp_path / "in" / "a.json", msg("INSERT", [{"id": "1", "name": "5"}], mysql={"id": "int", "name": "int"}) + "\n")
-    write(tmp_path / "in" / "b.json",
-          msg("INSERT", [{"id": "2", "name": "x"}], mysql={"id": "int", "name": "varchar(3)"}, es=2000, id_=2) + "\n")
+    first = write(
+        tmp_path / "in" / "a.json",
+        msg("INSERT", [{"id": "1", "name": "5"}], mysql={"id": "int", "name": "int"}) + "\n",
+    )
+    write(
+        tmp_path / "in" / "b.json",
+        msg("INSERT", [{"id": "2", "name": "x"}], mysql={"id": "int", "name": "varchar(3)"}, es=2000, id_=2)
+        + "\n",
+    )
     with pytest.raises(SchemaDriftError) as info:
         replay(FMT, first.parent)
     message = str(info.value)
-    assert "db.t" in message and "name" in message and "int" in message and "string" in message and "b.json" in message
+    assert (
+        "db.t" in message
+        and "name" in message
+        and "int" in message
+        and "string" in message
+        and "b.json" in message
+    )
 
 
 def test_mysql_and_jdbc_type_names(spark):
@@ -381,32 +575,85 @@ def test_mysql_and_jdbc_type_names(spark):
     from airflow_cdc_provider.formats.canal import jdbc_spark_type, mysql_spark_type
 
     cases = {
-        "INTEGER": "int", "int(11)": "int", "int(10) unsigned": "bigint", "bigint(20)": "bigint",
-        "bigint(20) unsigned": "decimal(20,0)", "tinyint(1)": "tinyint", "tinyint(3) unsigned": "smallint",
-        "smallint(6)": "smallint", "mediumint(8)": "int", "NUMERIC(8,3)": "decimal(8,3)", "decimal(65,30)": "decimal(38,30)",
-        "decimal": "decimal(10,0)", "FLOAT": "float", "float(7,4)": "float", "float(53)": "double", "DOUBLE": "double",
-        "double precision": "double", "bit(1)": "boolean", "bit(8)": "bigint", "VARCHAR(255)": "string", "text": "string",
-        "enum('a','b')": "string", "json": "string", "VARBINARY(10)": "binary", "longblob": "binary", "DATE": "date",
-        "datetime(3)": "timestamp", "timestamp": "timestamp", "year(4)": "int", "geometry": None,
+        "INTEGER": "int",
+        "int(11)": "int",
+        "int(10) unsigned": "bigint",
+        "bigint(20)": "bigint",
+        "bigint(20) unsigned": "decimal(20,0)",
+        "tinyint(1)": "tinyint",
+        "tinyint(3) unsigned": "smallint",
+        "smallint(6)": "smallint",
+        "mediumint(8)": "int",
+        "NUMERIC(8,3)": "decimal(8,3)",
+        "decimal(65,30)": "decimal(38,30)",
+        "decimal": "decimal(10,0)",
+        "FLOAT": "float",
+        "float(7,4)": "float",
+        "float(53)": "double",
+        "DOUBLE": "double",
+        "double precision": "double",
+        "bit(1)": "boolean",
+        "bit(8)": "bigint",
+        "VARCHAR(255)": "string",
+        "text": "string",
+        "enum('a','b')": "string",
+        "json": "string",
+        "VARBINARY(10)": "binary",
+        "longblob": "binary",
+        "DATE": "date",
+        "datetime(3)": "timestamp",
+        "timestamp": "timestamp",
+        "year(4)": "int",
+        "geometry": None,
     }
-    jdbc = {"-5": "bigint", "4": "int", "12": "string", "7": "float", "8": "double", "3": "decimal(38,10)", "91": "date",
-            "93": "timestamp", "2004": "binary", "-3": "binary", "-7": "boolean", "1111": "string"}
+    jdbc = {
+        "-5": "bigint",
+        "4": "int",
+        "12": "string",
+        "7": "float",
+        "8": "double",
+        "3": "decimal(38,10)",
+        "91": "date",
+        "93": "timestamp",
+        "2004": "binary",
+        "-3": "binary",
+        "-7": "boolean",
+        "1111": "string",
+    }
     df = spark.createDataFrame([(k, None) for k in cases] + [(None, k) for k in jdbc], "m string, j string")
-    got = df.select("m", "j", mysql_spark_type(F.col("m")).alias("mt"), jdbc_spark_type(F.col("j")).alias("jt")).collect()
+    got = df.select(
+        "m", "j", mysql_spark_type(F.col("m")).alias("mt"), jdbc_spark_type(F.col("j")).alias("jt")
+    ).collect()
     assert {r["m"]: r["mt"] for r in got if r["m"] is not None} == cases
     assert {r["j"]: r["jt"] for r in got if r["j"] is not None} == jdbc
 
 
 def _ddl(sql: str, *, es: int, id_: int) -> str:
-    return json.dumps({"data": None, "database": "db", "es": es, "id": id_, "isDdl": True, "table": "t", "type": "ALTER",
-                       "sql": sql})
+    return json.dumps(
+        {
+            "data": None,
+            "database": "db",
+            "es": es,
+            "id": id_,
+            "isDdl": True,
+            "table": "t",
+            "type": "ALTER",
+            "sql": sql,
+        }
+    )
 
 
 def test_ddl_adds_and_drops_columns_as_of_its_position(spark, replay, tmp_path):
     v1 = {"id": "int(11)", "name": "varchar(20)", "note": "varchar(20)"}
     v2 = {"id": "int(11)", "name": "varchar(20)"}
     lines = [
-        msg("INSERT", [{"id": "1", "name": "a", "note": "n1"}, {"id": "2", "name": "b", "note": "n2"}], mysql=v1, es=1000, id_=1),
+        msg(
+            "INSERT",
+            [{"id": "1", "name": "a", "note": "n1"}, {"id": "2", "name": "b", "note": "n2"}],
+            mysql=v1,
+            es=1000,
+            id_=1,
+        ),
         # Added and never set: the column still belongs to later snapshots, typed by the DDL.
         _ddl("ALTER TABLE t ADD COLUMN score INT", es=2000, id_=2),
         _ddl("ALTER TABLE `t` DROP COLUMN `note`", es=3000, id_=3),
@@ -414,17 +661,28 @@ def test_ddl_adds_and_drops_columns_as_of_its_position(spark, replay, tmp_path):
     ]
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
     drop = decode(spark, path)[3]
-    assert (drop["kind"], drop["reason"], drop["before"], drop["types"]) == ("ignored", "ddl", {"note": None}, None)
+    assert (drop["kind"], drop["reason"], drop["before"], drop["types"]) == (
+        "ignored",
+        "ddl",
+        {"note": None},
+        None,
+    )
 
     _, before_add = replay(FMT, path, as_of=1500)
-    assert by_key(before_add["db.t"], "id") == [{"id": 1, "name": "a", "note": "n1"}, {"id": 2, "name": "b", "note": "n2"}]
+    assert by_key(before_add["db.t"], "id") == [
+        {"id": 1, "name": "a", "note": "n1"},
+        {"id": 2, "name": "b", "note": "n2"},
+    ]
     _, before_drop = replay(FMT, path, as_of=2500)
     assert by_key(before_drop["db.t"], "id") == [
-        {"id": 1, "name": "a", "note": "n1", "score": None}, {"id": 2, "name": "b", "note": "n2", "score": None},
+        {"id": 1, "name": "a", "note": "n1", "score": None},
+        {"id": 2, "name": "b", "note": "n2", "score": None},
     ]
     metrics, after = replay(FMT, path)
     assert by_key(after["db.t"], "id") == [
-        {"id": 1, "name": "a", "score": None}, {"id": 2, "name": "b", "score": None}, {"id": 3, "name": "c", "score": None},
+        {"id": 1, "name": "a", "score": None},
+        {"id": 2, "name": "b", "score": None},
+        {"id": 3, "name": "c", "score": None},
     ]
     assert metrics["ignored"] == {"ddl": 2}
     assert_events_add_up(metrics)

@@ -10,9 +10,10 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
+from tests.conftest import assert_events_add_up
+
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
 from airflow_cdc_provider.formats.landed_files import list_landed_files
-from tests.conftest import assert_events_add_up
 
 # Seed 001 (Huawei MRS CDL), "A sample in CDL JSON format", verbatim.
 SEED_CDL_1_0 = '{"schema":{"type":"struct","fields":[{"type":"string","optional":false,"field":"DATA_STORE"},{"type":"string","optional":false,"field":"SEG_OWNER"},{"type":"string","optional":false,"field":"TABLE_NAME"},{"type":"int64","optional":false,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"TIMESTAMP"},{"type":"string","optional":false,"field":"OPERATION"},{"type":"string","optional":true,"field":"LOB_COLUMNS"},{"type":"struct","fields":[{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":false,"field":"name"},{"type":"int64","optional":false,"field":"value"}],"optional":false},"optional":false,"field":"properties"}],"optional":false,"name":"transaction","field":"transaction"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"unique","field":"unique"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"data","field":"data"},{"type":"struct","fields":[{"type":"int64","optional":true,"field":"count1"},{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"time1"},{"type":"string","optional":true,"name":"com.xxx.cdc.data.Decimal","field":"decimalNum"}],"optional":true,"name":"before","field":"before"},{"type":"string","optional":false,"field":"message_version"},{"type":"string","optional":false,"field":"message_type"},{"type":"string","optional":true,"field":"HEARTBEAT_IDENTIFIER"}],"optional":false,"name":"public.ct_pg2hudi"},"payload":{"DATA_STORE":"POSTGRESQL","SEG_OWNER":"public","TABLE_NAME":"ct_pg2hudi","TIMESTAMP":1707047996013,"OPERATION":"INSERT","LOB_COLUMNS":null,"transaction":{"properties":[{"name":"lsn","value":163955221008},{"name":"txId","value":57227595}]},"unique":{"id":34},"data":{"count1":13,"id":34,"time1":null,"decimalNum":null},"before":null,"message_version":"1.0","message_type":"0","HEARTBEAT_IDENTIFIER":"279fb050-0143-45c1-b184-50bc48c2461c"}}'  # noqa: E501
@@ -23,14 +24,26 @@ SEED_TYPES = {"count1": "bigint", "id": "int", "time1": "timestamp", "decimalNum
 T0 = 1707047996013
 
 
-def change(operation: str | None, data: Any, before: Any = None, *, lsn: int, tx: int = 57227595, ms: int = T0,
-           unique: Any = "from-row", schema: bool = True, **payload: Any) -> dict[str, Any]:
+def change(
+    operation: str | None,
+    data: Any,
+    before: Any = None,
+    *,
+    lsn: int,
+    tx: int = 57227595,
+    ms: int = T0,
+    unique: Any = "from-row",
+    schema: bool = True,
+    **payload: Any,
+) -> dict[str, Any]:
     """A CDL 1.0 message built from the seed sample, with its schema block or ``"schema": {}``."""
     msg = json.loads(SEED_CDL_1_0)
     p = msg["payload"]
     row = data if isinstance(data, dict) else before if isinstance(before, dict) else {}
     p.update(
-        TIMESTAMP=ms, data=data, before=before,
+        TIMESTAMP=ms,
+        data=data,
+        before=before,
         unique={"id": row.get("id")} if unique == "from-row" else unique,
         transaction={"properties": [{"name": "lsn", "value": lsn}, {"name": "txId", "value": tx}]},
     )
@@ -61,16 +74,30 @@ def _typed(image: F.Column) -> F.Column:
         t = F.schema_of_variant(v)
         return F.when(t.isin("TINYINT", "SMALLINT", "INT", "BIGINT"), F.lit("INT")).otherwise(t)
 
-    return F.transform_values(image, lambda _k, v: F.when(v.isNotNull(), F.concat_ws(" ", kind(v), F.to_json(v))))
+    return F.transform_values(
+        image, lambda _k, v: F.when(v.isNotNull(), F.concat_ws(" ", kind(v), F.to_json(v)))
+    )
 
 
 def decode(spark, *paths: Path) -> list[dict[str, Any]]:
     files = list_landed_files(spark, [str(p) for p in paths])
     events = get_decoder("cdl-json").decode(spark, files, DecodeOptions())
     rows = events.select(
-        F.element_at(F.split("file", "/"), -1).alias("file"), "line", "kind", "op", "reason", "table", "event_ms",
-        "log_pos", "tx_id", "partial", "key_cols", "types", "raw",
-        _typed(F.col("before")).alias("before"), _typed(F.col("after")).alias("after"),
+        F.element_at(F.split("file", "/"), -1).alias("file"),
+        "line",
+        "kind",
+        "op",
+        "reason",
+        "table",
+        "event_ms",
+        "log_pos",
+        "tx_id",
+        "partial",
+        "key_cols",
+        "types",
+        "raw",
+        _typed(F.col("before")).alias("before"),
+        _typed(F.col("after")).alias("after"),
     ).collect()
     return sorted((r.asDict(recursive=True) for r in rows), key=lambda r: (r["file"], r["line"]))
 
@@ -83,17 +110,35 @@ def utc_ms(ms: int) -> dt.datetime:
 def test_seed_sample_decodes_to_one_typed_insert(spark, tmp_path):
     (event,) = decode(spark, land(tmp_path / "cdl.json", SEED_CDL_1_0))
     assert event == {
-        "file": "cdl.json", "line": 1, "kind": "change", "op": "insert", "reason": None,
-        "table": "public.ct_pg2hudi", "event_ms": 1707047996013, "log_pos": [163955221008, 57227595],
-        "tx_id": "57227595", "partial": False, "key_cols": ["id"], "types": SEED_TYPES, "raw": SEED_CDL_1_0,
-        "before": None, "after": {"count1": "INT 13", "id": "INT 34", "time1": "VOID null", "decimalNum": "VOID null"},
+        "file": "cdl.json",
+        "line": 1,
+        "kind": "change",
+        "op": "insert",
+        "reason": None,
+        "table": "public.ct_pg2hudi",
+        "event_ms": 1707047996013,
+        "log_pos": [163955221008, 57227595],
+        "tx_id": "57227595",
+        "partial": False,
+        "key_cols": ["id"],
+        "types": SEED_TYPES,
+        "raw": SEED_CDL_1_0,
+        "before": None,
+        "after": {"count1": "INT 13", "id": "INT 34", "time1": "VOID null", "decimalNum": "VOID null"},
     }
 
 
 def test_seed_sample_replays_to_its_row(replay, tmp_path):
     metrics, tables = replay("cdl-json", land(tmp_path / "in" / "cdl.json", SEED_CDL_1_0))
     assert_events_add_up(metrics)
-    assert metrics["events"] == {"read": 1, "applied": 1, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 1,
+        "applied": 1,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert tables == {"public.ct_pg2hudi": [{"count1": 13, "id": 34, "time1": None, "decimalNum": None}]}
     assert metrics["tables"]["public.ct_pg2hudi"]["last_event_ms"] == 1707047996013
 
@@ -108,10 +153,18 @@ def test_values_follow_the_schema_block_and_stay_untyped_without_it(spark, tmp_p
     rows = decode(spark, land(tmp_path / "cdl.json", with_schema, without, bare))
     assert [r["types"] for r in rows] == [SEED_TYPES, None, None]
     assert rows[0]["after"] == {
-        "count1": "INT 5", "id": "INT 1", "time1": 'TIMESTAMP "2024-02-04 12:00:00.123+00:00"', "decimalNum": 'STRING "12.50"',
+        "count1": "INT 5",
+        "id": "INT 1",
+        "time1": 'TIMESTAMP "2024-02-04 12:00:00.123+00:00"',
+        "decimalNum": 'STRING "12.50"',
     }
     # Without a schema the JSON values are kept as they are; the engine infers the column types.
-    assert rows[1]["after"] == {"count1": "INT 6", "id": "INT 2", "time1": "INT 1707048000123", "decimalNum": 'STRING "12.50"'}
+    assert rows[1]["after"] == {
+        "count1": "INT 6",
+        "id": "INT 2",
+        "time1": "INT 1707048000123",
+        "decimalNum": 'STRING "12.50"',
+    }
     assert [(r["kind"], r["table"], r["log_pos"], r["key_cols"]) for r in rows] == [
         ("change", "public.ct_pg2hudi", [1, 57227595], ["id"]),
         ("change", "public.ct_pg2hudi", [2, 57227595], ["id"]),
@@ -159,7 +212,14 @@ def test_heartbeats_are_ignored_and_malformed_records_quarantined(spark, tmp_pat
     ]
     metrics, tables = replay("cdl-json", tmp_path / "in")
     assert_events_add_up(metrics)
-    assert metrics["events"] == {"read": 15, "applied": 1, "after_as_of": 0, "ignored": 1, "duplicates": 0, "quarantined": 13}
+    assert metrics["events"] == {
+        "read": 15,
+        "applied": 1,
+        "after_as_of": 0,
+        "ignored": 1,
+        "duplicates": 0,
+        "quarantined": 13,
+    }
     assert tables == {"public.ct_pg2hudi": [{"count1": 8, "id": 8, "time1": None, "decimalNum": None}]}
 
 
@@ -186,7 +246,14 @@ def test_replay_orders_by_lsn_follows_key_changes_and_deletes(replay, tmp_path):
     )
     metrics, tables = replay("cdl-json", tmp_path / "in", T0 + 5000)
     assert_events_add_up(metrics)
-    assert metrics["events"] == {"read": 10, "applied": 9, "after_as_of": 1, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 10,
+        "applied": 9,
+        "after_as_of": 1,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert tables == {
         "public.ct_pg2hudi": [
             {"count1": 11, "id": 22, "time1": None, "decimalNum": None},

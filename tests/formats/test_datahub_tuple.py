@@ -27,7 +27,14 @@ SEED_ROWS = [
     ["1649991610688000002", "D", "1649991774000", "Y", "N"],
 ]
 
-META = ["_sequence_id_", "_operation_type_", "_excute_time_", "_source_table_", "_before_image_", "_after_image_"]
+META = [
+    "_sequence_id_",
+    "_operation_type_",
+    "_excute_time_",
+    "_source_table_",
+    "_before_image_",
+    "_after_image_",
+]
 
 
 def decode(spark, path: Path, **options) -> list[dict]:
@@ -74,14 +81,46 @@ def test_seed_example_decodes_exactly(spark, tmp_path):
     path = write_csv(tmp_path / "seed" / "tuple.csv", SEED_COLUMNS, SEED_ROWS)
     events = decode(spark, path, table="demo.orders")
     assert pick(events, "table", "kind", "op", "reason", "event_ms", "log_pos", "sub_pos", "line") == [
-        {"table": "demo.orders", "kind": "change", "op": "insert", "reason": None, "event_ms": 1649991726000,
-         "log_pos": [1649991610688000000], "sub_pos": 0, "line": 2},
-        {"table": "demo.orders", "kind": "ignored", "op": None, "reason": "update before image",
-         "event_ms": 1649991756000, "log_pos": [1649991610688000001], "sub_pos": 0, "line": 3},
-        {"table": "demo.orders", "kind": "change", "op": "update", "reason": None, "event_ms": 1649991756000,
-         "log_pos": [1649991610688000001], "sub_pos": 0, "line": 4},
-        {"table": "demo.orders", "kind": "change", "op": "delete", "reason": None, "event_ms": 1649991774000,
-         "log_pos": [1649991610688000002], "sub_pos": 0, "line": 5},
+        {
+            "table": "demo.orders",
+            "kind": "change",
+            "op": "insert",
+            "reason": None,
+            "event_ms": 1649991726000,
+            "log_pos": [1649991610688000000],
+            "sub_pos": 0,
+            "line": 2,
+        },
+        {
+            "table": "demo.orders",
+            "kind": "ignored",
+            "op": None,
+            "reason": "update before image",
+            "event_ms": 1649991756000,
+            "log_pos": [1649991610688000001],
+            "sub_pos": 0,
+            "line": 3,
+        },
+        {
+            "table": "demo.orders",
+            "kind": "change",
+            "op": "update",
+            "reason": None,
+            "event_ms": 1649991756000,
+            "log_pos": [1649991610688000001],
+            "sub_pos": 0,
+            "line": 4,
+        },
+        {
+            "table": "demo.orders",
+            "kind": "change",
+            "op": "delete",
+            "reason": None,
+            "event_ms": 1649991774000,
+            "log_pos": [1649991610688000002],
+            "sub_pos": 0,
+            "line": 5,
+        },
     ]
     insert, before_half, update, delete = events
     # No business columns: images carry nothing; the update's before image comes from its pair.
@@ -97,8 +136,13 @@ def seed_with_columns() -> list[dict]:
     """The seed's four records with a source table and business columns, as DataWorks lands them."""
     values = [(1, "joe"), (1, "joe"), (1, "jim"), (1, "jim")]
     return [
-        {**dict(zip(SEED_COLUMNS, row)), "_excute_time_": int(row[2]), "_source_table_": "demo.orders",
-         "id": id_, "name": name}
+        {
+            **dict(zip(SEED_COLUMNS, row)),
+            "_excute_time_": int(row[2]),
+            "_source_table_": "demo.orders",
+            "id": id_,
+            "name": name,
+        }
         for row, (id_, name) in zip(SEED_ROWS, values)
     ]
 
@@ -114,8 +158,14 @@ def test_seed_example_replays(replay, tmp_path, as_of, rows, applied, after_as_o
     path = write_jsonl(tmp_path / "seed" / "tuple.json", seed_with_columns())
     metrics, tables = replay(FMT, path, as_of, key="id")
     assert tables == {"demo.orders": rows}
-    assert metrics["events"] == {"read": 4, "applied": applied, "after_as_of": after_as_of, "ignored": 1,
-                                 "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 4,
+        "applied": applied,
+        "after_as_of": after_as_of,
+        "ignored": 1,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert metrics["ignored"] == {"update before image": 1}
     assert_events_add_up(metrics)
 
@@ -142,8 +192,19 @@ FIRST_FILE = 5
 def stream_records(table: str) -> list[dict]:
     out = []
     for seq, op, ms, b, a, id_, name, amount in STREAM:
-        out.append({"_sequence_id_": seq, "_operation_type_": op, "_excute_time_": ms, "_source_table_": table,
-                    "_before_image_": b, "_after_image_": a, "id": id_, "name": name, "amount": float(amount)})
+        out.append(
+            {
+                "_sequence_id_": seq,
+                "_operation_type_": op,
+                "_excute_time_": ms,
+                "_source_table_": table,
+                "_before_image_": b,
+                "_after_image_": a,
+                "id": id_,
+                "name": name,
+                "amount": float(amount),
+            }
+        )
     return out
 
 
@@ -187,8 +248,10 @@ def test_json_csv_and_parquet_landings_replay_the_same_stream(spark, replay, tmp
     # Types: JSON values keep their JSON type, Parquet declares its column types, CSV is text.
     events = [e for e in decode(spark, land) if e["op"] == "update"]
     assert [(e["table"], e["types"]) for e in events] == [
-        ("shop.orders_csv", None), ("shop.orders_csv", None),
-        ("shop.orders_json", None), ("shop.orders_json", None),
+        ("shop.orders_csv", None),
+        ("shop.orders_csv", None),
+        ("shop.orders_json", None),
+        ("shop.orders_json", None),
         ("shop.orders_parquet", {"id": "int", "name": "string", "amount": "decimal(10,2)"}),
         ("shop.orders_parquet", {"id": "int", "name": "string", "amount": "decimal(10,2)"}),
     ]
@@ -198,19 +261,34 @@ def test_json_csv_and_parquet_landings_replay_the_same_stream(spark, replay, tmp
     assert by_table["shop.orders_json"]["after"] == {"id": 3, "name": "pear", "amount": 20.0}
     assert by_table["shop.orders_csv"]["before"] == {"id": "2", "name": "pear", "amount": "20.00"}
     assert by_table["shop.orders_parquet"]["before"] == {"id": 2, "name": "pear", "amount": Decimal("20.00")}
-    parquet_files = {e["file"].rsplit("/", 1)[1]: e["file_pos"] for e in events if e["table"] == "shop.orders_parquet"}
+    parquet_files = {
+        e["file"].rsplit("/", 1)[1]: e["file_pos"] for e in events if e["table"] == "shop.orders_parquet"
+    }
     assert parquet_files == {"part-0.parquet": 3, "part-1.parquet": 0}  # row index inside each file
 
     metrics, tables = replay(FMT, land, key="id")
     assert tables == {  # rows sorted by their JSON text, so id 4 (amount 0) comes first
-        "shop.orders_csv": [{"id": "4", "name": None, "amount": "0.00"},
-                            {"id": "3", "name": "pear", "amount": "20.00"}],
-        "shop.orders_json": [{"id": 4, "name": None, "amount": 0.0}, {"id": 3, "name": "pear", "amount": 20.0}],
-        "shop.orders_parquet": [{"id": 4, "name": None, "amount": Decimal("0.00")},
-                                {"id": 3, "name": "pear", "amount": Decimal("20.00")}],
+        "shop.orders_csv": [
+            {"id": "4", "name": None, "amount": "0.00"},
+            {"id": "3", "name": "pear", "amount": "20.00"},
+        ],
+        "shop.orders_json": [
+            {"id": 4, "name": None, "amount": 0.0},
+            {"id": 3, "name": "pear", "amount": 20.0},
+        ],
+        "shop.orders_parquet": [
+            {"id": 4, "name": None, "amount": Decimal("0.00")},
+            {"id": 3, "name": "pear", "amount": Decimal("20.00")},
+        ],
     }
-    assert metrics["events"] == {"read": 24, "applied": 18, "after_as_of": 0, "ignored": 6, "duplicates": 0,
-                                 "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 24,
+        "applied": 18,
+        "after_as_of": 0,
+        "ignored": 6,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     for table in tables:
         t = metrics["tables"][table]
         assert (t["rows"], t["inserts"], t["updates"], t["deletes"]) == (2, 3, 2, 1)
@@ -235,29 +313,52 @@ def test_csv_quoting_and_nulls(spark, tmp_path):
 def test_parquet_schema_drift_across_files_is_widened(spark, replay, tmp_path):
     d = tmp_path / "pq"
     ts = pa.timestamp("us", tz="UTC")
-    write_parquet(d / "a.parquet", {
-        "_sequence_id_": (pa.int64(), [1]), "_operation_type_": (pa.string(), ["I"]),
-        "_excute_time_": (ts, [datetime(2024, 1, 1, tzinfo=timezone.utc)]),
-        "_source_table_": (pa.string(), ["db.t"]), "_before_image_": (pa.string(), ["N"]),
-        "_after_image_": (pa.string(), ["Y"]), "id": (pa.int32(), [1]), "qty": (pa.int32(), [5]),
-    })
-    write_parquet(d / "b.parquet", {
-        "_sequence_id_": (pa.int64(), [2]), "_operation_type_": (pa.string(), ["I"]),
-        "_excute_time_": (ts, [datetime(2024, 1, 2, tzinfo=timezone.utc)]),
-        "_source_table_": (pa.string(), ["db.t"]), "_before_image_": (pa.string(), ["N"]),
-        "_after_image_": (pa.string(), ["Y"]), "id": (pa.int32(), [2]), "qty": (pa.int64(), [2**40]),
-        "note": (pa.string(), ["later column"]),
-    })
+    write_parquet(
+        d / "a.parquet",
+        {
+            "_sequence_id_": (pa.int64(), [1]),
+            "_operation_type_": (pa.string(), ["I"]),
+            "_excute_time_": (ts, [datetime(2024, 1, 1, tzinfo=timezone.utc)]),
+            "_source_table_": (pa.string(), ["db.t"]),
+            "_before_image_": (pa.string(), ["N"]),
+            "_after_image_": (pa.string(), ["Y"]),
+            "id": (pa.int32(), [1]),
+            "qty": (pa.int32(), [5]),
+        },
+    )
+    write_parquet(
+        d / "b.parquet",
+        {
+            "_sequence_id_": (pa.int64(), [2]),
+            "_operation_type_": (pa.string(), ["I"]),
+            "_excute_time_": (ts, [datetime(2024, 1, 2, tzinfo=timezone.utc)]),
+            "_source_table_": (pa.string(), ["db.t"]),
+            "_before_image_": (pa.string(), ["N"]),
+            "_after_image_": (pa.string(), ["Y"]),
+            "id": (pa.int32(), [2]),
+            "qty": (pa.int64(), [2**40]),
+            "note": (pa.string(), ["later column"]),
+        },
+    )
     events = decode(spark, d)
     assert pick(events, "event_ms", "log_pos", "types") == [
         {"event_ms": 1704067200000, "log_pos": [1], "types": {"id": "int", "qty": "int"}},
-        {"event_ms": 1704153600000, "log_pos": [2], "types": {"id": "int", "qty": "bigint", "note": "string"}},
+        {
+            "event_ms": 1704153600000,
+            "log_pos": [2],
+            "types": {"id": "int", "qty": "bigint", "note": "string"},
+        },
     ]
     # Each file keeps its own columns: the first file's row does not carry `note` at all.
-    assert [e["after"] for e in events] == [{"id": 1, "qty": 5}, {"id": 2, "qty": 2**40, "note": "later column"}]
+    assert [e["after"] for e in events] == [
+        {"id": 1, "qty": 5},
+        {"id": 2, "qty": 2**40, "note": "later column"},
+    ]
 
     metrics, tables = replay(FMT, d, key="id")
-    assert tables == {"db.t": [{"id": 1, "qty": 5, "note": None}, {"id": 2, "qty": 2**40, "note": "later column"}]}
+    assert tables == {
+        "db.t": [{"id": 1, "qty": 5, "note": None}, {"id": 2, "qty": 2**40, "note": "later column"}]
+    }
     assert_events_add_up(metrics)
 
 
@@ -265,27 +366,55 @@ def test_parquet_schema_drift_across_files_is_widened(spark, replay, tmp_path):
 
 
 def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_path):
-    good = {"_sequence_id_": "10", "_operation_type_": "I", "_excute_time_": 1700000000000, "_source_table_": "db.t",
-            "_before_image_": "N", "_after_image_": "Y", "id": 1, "v": "ok"}
+    good = {
+        "_sequence_id_": "10",
+        "_operation_type_": "I",
+        "_excute_time_": 1700000000000,
+        "_source_table_": "db.t",
+        "_before_image_": "N",
+        "_after_image_": "Y",
+        "id": 1,
+        "v": "ok",
+    }
     d = tmp_path / "bad"
-    write_jsonl(d / "a.json", [
-        good,
-        {**good, "_operation_type_": None, "id": 2},  # missing op
-        {**good, "_operation_type_": "X", "id": 3},  # unknown op
-        {**good, "_sequence_id_": "12abc", "id": 4},  # sequence id not a number
-        {**good, "_excute_time_": "yesterday", "id": 5},  # event time unreadable
-        {**good, "_source_table_": "", "id": 6},  # no table, and no --table
-        {**good, "_operation_type_": "U", "_before_image_": "N", "_after_image_": "N", "id": 7},  # which half?
-        "{not json",
-        "[1, 2]",
-        "",  # Kafka tombstone
-        {**good, "_sequence_id_": "11", "_operation_type_": "u", "_excute_time_": "2023-11-14T22:13:21Z",
-         "_before_image_": "n", "_after_image_": "y", "id": 1, "v": "updated"},  # lower case and ISO time
-    ])
-    write_text(d / "b.csv", ",".join(META + ["id", "v"]) + "\n"
-               "20,I,1700000000000,db.c,N,Y,8,x\n"
-               "21,I,1700000000000,db.c,N,Y,9,x,extra\n"  # more fields than the header
-               "22,I,1700000000000,db.c,N")  # cut off: last line, unterminated
+    write_jsonl(
+        d / "a.json",
+        [
+            good,
+            {**good, "_operation_type_": None, "id": 2},  # missing op
+            {**good, "_operation_type_": "X", "id": 3},  # unknown op
+            {**good, "_sequence_id_": "12abc", "id": 4},  # sequence id not a number
+            {**good, "_excute_time_": "yesterday", "id": 5},  # event time unreadable
+            {**good, "_source_table_": "", "id": 6},  # no table, and no --table
+            {
+                **good,
+                "_operation_type_": "U",
+                "_before_image_": "N",
+                "_after_image_": "N",
+                "id": 7,
+            },  # which half?
+            "{not json",
+            "[1, 2]",
+            "",  # Kafka tombstone
+            {
+                **good,
+                "_sequence_id_": "11",
+                "_operation_type_": "u",
+                "_excute_time_": "2023-11-14T22:13:21Z",
+                "_before_image_": "n",
+                "_after_image_": "y",
+                "id": 1,
+                "v": "updated",
+            },  # lower case and ISO time
+        ],
+    )
+    write_text(
+        d / "b.csv",
+        ",".join(META + ["id", "v"]) + "\n"
+        "20,I,1700000000000,db.c,N,Y,8,x\n"
+        "21,I,1700000000000,db.c,N,Y,9,x,extra\n"  # more fields than the header
+        "22,I,1700000000000,db.c,N",
+    )  # cut off: last line, unterminated
     events = decode(spark, d)
     assert pick(events, "kind", "reason", "line") == [
         {"kind": "change", "reason": None, "line": 1},
@@ -308,11 +437,24 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
 
     metrics, tables = replay(FMT, d, key="id")
     assert tables == {"db.c": [{"id": "8", "v": "x"}], "db.t": [{"id": 1, "v": "updated"}]}
-    assert metrics["events"] == {"read": 14, "applied": 3, "after_as_of": 0, "ignored": 1, "duplicates": 0,
-                                 "quarantined": 10}
+    assert metrics["events"] == {
+        "read": 14,
+        "applied": 3,
+        "after_as_of": 0,
+        "ignored": 1,
+        "duplicates": 0,
+        "quarantined": 10,
+    }
     assert metrics["quarantine"]["reasons"] == {
-        "CSV record does not match header": 1, "missing image": 1, "missing op": 1, "missing table": 1,
-        "not JSON": 1, "not a JSON object": 1, "truncated": 1, "type mismatch": 2, "unknown op": 1,
+        "CSV record does not match header": 1,
+        "missing image": 1,
+        "missing op": 1,
+        "missing table": 1,
+        "not JSON": 1,
+        "not a JSON object": 1,
+        "truncated": 1,
+        "type mismatch": 2,
+        "unknown op": 1,
     }
     assert_events_add_up(metrics)
 
@@ -323,12 +465,26 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
 def test_landing_kind_by_extension():
     from airflow_cdc_provider.formats.datahub_tuple import is_metadata_column, landing_kind
 
-    assert [landing_kind(p) for p in (
-        "s3a://b/t/part-0.json", "file:/x/a.jsonl.gz", "/x/a.txt.bz2", "/x/a.CSV", "/x/a.csv.gz",
-        "/x/part-00000-abc.snappy.parquet", "/x/no_extension",
-    )] == ["json", "json", "json", "csv", "csv", "parquet", "json"]
+    assert [
+        landing_kind(p)
+        for p in (
+            "s3a://b/t/part-0.json",
+            "file:/x/a.jsonl.gz",
+            "/x/a.txt.bz2",
+            "/x/a.CSV",
+            "/x/a.csv.gz",
+            "/x/part-00000-abc.snappy.parquet",
+            "/x/no_extension",
+        )
+    ] == ["json", "json", "json", "csv", "csv", "parquet", "json"]
     assert [is_metadata_column(n) for n in ("_sequence_id_", "_id", "id_", "_", "__", "name")] == [
-        True, False, False, False, False, False]
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_event_time_forms(spark):
@@ -338,8 +494,16 @@ def test_event_time_forms(spark):
 
     texts = ["1649991726000", "1649991726000123", "2022-04-15 02:42:06", " ", None, "soon"]
     ms, bad = event_ms_from_text(F.col("t"))
-    rows = spark.createDataFrame([(t,) for t in texts], "t string").select(ms.alias("ms"), bad.alias("bad")).collect()
+    rows = (
+        spark.createDataFrame([(t,) for t in texts], "t string")
+        .select(ms.alias("ms"), bad.alias("bad"))
+        .collect()
+    )
     assert [(r["ms"], r["bad"]) for r in rows] == [
-        (1649991726000, False), (1649991726000, False), (1649990526000, False), (None, False), (None, False),
+        (1649991726000, False),
+        (1649991726000, False),
+        (1649990526000, False),
+        (None, False),
+        (None, False),
         (None, True),
     ]

@@ -46,5 +46,7 @@ def test_globs_and_single_files_are_listed_once_by_name(spark, tmp_path):
 def test_a_landing_of_only_hidden_files_names_the_inputs(spark, tmp_path):
     _touch(tmp_path, "_SUCCESS", "")
     _touch(tmp_path, "_temporary/part-0.json")
-    with pytest.raises(LandingError, match=rf"^no data files under {tmp_path} \(names starting with _ or \. are skipped\)$"):
+    with pytest.raises(
+        LandingError, match=rf"^no data files under {tmp_path} \(names starting with _ or \. are skipped\)$"
+    ):
         list_landed_files(spark, [str(tmp_path)])

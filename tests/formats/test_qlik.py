@@ -18,11 +18,11 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.formats.qlik import change_sequence_position, column_present
-from airflow_cdc_provider.formats.landed_files import list_landed_files
-
 from tests.conftest import assert_events_add_up
+
+from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+from airflow_cdc_provider.formats.landed_files import list_landed_files
+from airflow_cdc_provider.formats.qlik import change_sequence_position, column_present
 
 # ------------------------------------------------------------------ building Replicate messages
 
@@ -40,8 +40,15 @@ CUSTOMERS = {
 }
 ALL_COLUMNS = "FF01"  # little-endian: byte 0 = ordinals 1-8, byte 1 bit 0 = ordinal 9
 CUSTOMER_TYPES = {
-    "ID": "int", "NAME": "string", "BALANCE": "decimal(10,2)", "ACTIVE": "boolean", "BORN": "date",
-    "UPDATED": "timestamp", "PHOTO": "binary", "SCORE": "double", "VISITS": "decimal(20,0)",
+    "ID": "int",
+    "NAME": "string",
+    "BALANCE": "decimal(10,2)",
+    "ACTIVE": "boolean",
+    "BORN": "date",
+    "UPDATED": "timestamp",
+    "PHOTO": "binary",
+    "SCORE": "double",
+    "VISITS": "decimal(20,0)",
 }
 
 
@@ -66,8 +73,14 @@ def md(
         "messageSchema": None,
         "message": {
             "schemaId": schema_id,
-            "lineage": {"server": "replicate-01", "task": "crm-to-kafka", "schema": schema, "table": table,
-                        "tableVersion": version, "timestamp": at},
+            "lineage": {
+                "server": "replicate-01",
+                "task": "crm-to-kafka",
+                "schema": schema,
+                "table": table,
+                "tableVersion": version,
+                "timestamp": at,
+            },
             "tableStructure": {"tableColumns": table_columns},
             "dataSchema": '{"type":"record","name":"DataRecord","fields":[]}',
         },
@@ -91,8 +104,14 @@ def dt_msg(
 ) -> dict[str, Any]:
     """A DT message; ``schema``/``table`` go inside ``message`` (the seed's layout), ``envelope`` beside it."""
     headers: dict[str, Any] = {
-        "changeSequence": seq, "timestamp": at, "streamPosition": "", "transactionId": tx,
-        "changeMask": mask, "columnMask": mask, "transactionEventCounter": 1, "transactionLastEvent": last,
+        "changeSequence": seq,
+        "timestamp": at,
+        "streamPosition": "",
+        "transactionId": tx,
+        "changeMask": mask,
+        "columnMask": mask,
+        "transactionEventCounter": 1,
+        "transactionLastEvent": last,
     }
     if operation is not None:
         headers["operation"] = operation
@@ -100,8 +119,13 @@ def dt_msg(
     if table is not None:
         message.update(schema=schema, table=table)
     return {
-        "magic": "atMSG", "type": "DT", "headers": None, "messageSchemaId": schema_id, "messageSchema": None,
-        "message": message, **envelope,
+        "magic": "atMSG",
+        "type": "DT",
+        "headers": None,
+        "messageSchemaId": schema_id,
+        "messageSchema": None,
+        "message": message,
+        **envelope,
     }
 
 
@@ -116,8 +140,15 @@ def at(second: int = 0) -> str:
 
 def customer(id_: int, name: str | None, balance: str = "10.50", **extra: Any) -> dict[str, Any]:
     row = {
-        "ID": id_, "NAME": name, "BALANCE": balance, "ACTIVE": True, "BORN": "1990-01-02",
-        "UPDATED": "2024-09-01 08:00:00.250000", "PHOTO": "CAFE", "SCORE": 1.5, "VISITS": "18446744073709551615",
+        "ID": id_,
+        "NAME": name,
+        "BALANCE": balance,
+        "ACTIVE": True,
+        "BORN": "1990-01-02",
+        "UPDATED": "2024-09-01 08:00:00.250000",
+        "PHOTO": "CAFE",
+        "SCORE": 1.5,
+        "VISITS": "18446744073709551615",
     }
     row.update(extra)
     return row
@@ -142,18 +173,34 @@ def _typed(image: F.Column) -> F.Column:
 
     def kind(v: F.Column) -> F.Column:
         t = F.schema_of_variant(v)
-        return F.when(t.isin("TINYINT", "SMALLINT", "INT", "BIGINT"), F.lit("INT")).otherwise(F.regexp_replace(t, r"\(.*\)$", ""))
+        return F.when(t.isin("TINYINT", "SMALLINT", "INT", "BIGINT"), F.lit("INT")).otherwise(
+            F.regexp_replace(t, r"\(.*\)$", "")
+        )
 
-    return F.transform_values(image, lambda _k, v: F.when(v.isNotNull(), F.concat_ws(" ", kind(v), F.to_json(v))))
+    return F.transform_values(
+        image, lambda _k, v: F.when(v.isNotNull(), F.concat_ws(" ", kind(v), F.to_json(v)))
+    )
 
 
 def decode(spark, *paths: Path, **options: Any) -> list[dict[str, Any]]:
     files = list_landed_files(spark, [str(p) for p in paths])
     events = get_decoder("qlik-json").decode(spark, files, DecodeOptions(**options))
     rows = events.select(
-        F.element_at(F.split("file", "/"), -1).alias("file"), "line", "kind", "op", "reason", "table", "event_ms",
-        "log_pos", "tx_id", "tx_end", "partial", "key_cols", "types",
-        _typed(F.col("before")).alias("before"), _typed(F.col("after")).alias("after"),
+        F.element_at(F.split("file", "/"), -1).alias("file"),
+        "line",
+        "kind",
+        "op",
+        "reason",
+        "table",
+        "event_ms",
+        "log_pos",
+        "tx_id",
+        "tx_end",
+        "partial",
+        "key_cols",
+        "types",
+        _typed(F.col("before")).alias("before"),
+        _typed(F.col("after")).alias("after"),
     ).collect()
     return sorted((r.asDict(recursive=True) for r in rows), key=lambda r: (r["file"], r["line"]))
 
@@ -169,8 +216,14 @@ def utc(*parts: int) -> dt.datetime:
 
 def snapshot_row(id_: int, name: str | None, balance: str) -> dict[str, Any]:
     return {
-        "ID": id_, "NAME": name, "BALANCE": Decimal(balance), "ACTIVE": True, "BORN": dt.date(1990, 1, 2),
-        "UPDATED": utc(2024, 9, 1, 8, 0, 0, 250000), "PHOTO": bytearray(b"\xca\xfe"), "SCORE": 1.5,
+        "ID": id_,
+        "NAME": name,
+        "BALANCE": Decimal(balance),
+        "ACTIVE": True,
+        "BORN": dt.date(1990, 1, 2),
+        "UPDATED": utc(2024, 9, 1, 8, 0, 0, 250000),
+        "PHOTO": bytearray(b"\xca\xfe"),
+        "SCORE": 1.5,
         "VISITS": Decimal("18446744073709551615"),
     }
 
@@ -183,7 +236,14 @@ def test_each_message_becomes_one_typed_canonical_event(spark, tmp_path):
         tmp_path / "crm.json",
         md(),
         dt_msg("REFRESH", customer(1, "Ann")),
-        dt_msg("UPDATE", customer(1, "Ann", "11.00"), customer(1, "Ann"), seq=seq(7), at=at(1), tx="00000000000000000000000000060008"),
+        dt_msg(
+            "UPDATE",
+            customer(1, "Ann", "11.00"),
+            customer(1, "Ann"),
+            seq=seq(7),
+            at=at(1),
+            tx="00000000000000000000000000060008",
+        ),
         dt_msg("DELETE", customer(1, "Ann", "11.00"), seq=seq(8), at=at(2), mask="01", last=False),
     )
     rows = decode(spark, path)
@@ -194,14 +254,25 @@ def test_each_message_becomes_one_typed_canonical_event(spark, tmp_path):
         ("crm.json", 4, "change", "delete", None, "dbo.CUSTOMERS"),
     ]
     full = {
-        "ID": "INT 1", "NAME": 'STRING "Ann"', "BALANCE": "DECIMAL 10.5", "ACTIVE": "BOOLEAN true",
-        "BORN": 'DATE "1990-01-02"', "UPDATED": 'TIMESTAMP "2024-09-01 08:00:00.25+00:00"',
-        "PHOTO": 'BINARY "yv4="', "SCORE": "DOUBLE 1.5", "VISITS": "DECIMAL 18446744073709551615",
+        "ID": "INT 1",
+        "NAME": 'STRING "Ann"',
+        "BALANCE": "DECIMAL 10.5",
+        "ACTIVE": "BOOLEAN true",
+        "BORN": 'DATE "1990-01-02"',
+        "UPDATED": 'TIMESTAMP "2024-09-01 08:00:00.25+00:00"',
+        "PHOTO": 'BINARY "yv4="',
+        "SCORE": "DOUBLE 1.5",
+        "VISITS": "DECIMAL 18446744073709551615",
     }
     refresh, update, delete = rows[1], rows[2], rows[3]
     assert refresh["after"] == full
     assert refresh["before"] is None
-    assert (refresh["log_pos"], refresh["event_ms"], refresh["tx_id"], refresh["partial"]) == ([0, 0, 0], None, None, False)
+    assert (refresh["log_pos"], refresh["event_ms"], refresh["tx_id"], refresh["partial"]) == (
+        [0, 0, 0],
+        None,
+        None,
+        False,
+    )
     assert refresh["key_cols"] == ["ID"]
     assert refresh["types"] == CUSTOMER_TYPES
 
@@ -209,12 +280,20 @@ def test_each_message_becomes_one_typed_canonical_event(spark, tmp_path):
     assert update["before"] == full
     assert update["log_pos"] == [2024090210100000, 0, 7]
     assert update["event_ms"] == 1725271801000  # 2024-09-02T10:10:01Z
-    assert (update["tx_id"], update["tx_end"], update["partial"]) == ("00000000000000000000000000060008", True, False)
+    assert (update["tx_id"], update["tx_end"], update["partial"]) == (
+        "00000000000000000000000000060008",
+        True,
+        False,
+    )
 
     # A DELETE carries its row in `data`; columnMask 01 says only ID was captured.
     assert delete["after"] is None
     assert delete["before"] == {"ID": "INT 1"}
-    assert (delete["log_pos"], delete["tx_end"], delete["partial"]) == ([2024090210100000, 0, 8], False, False)
+    assert (delete["log_pos"], delete["tx_end"], delete["partial"]) == (
+        [2024090210100000, 0, 8],
+        False,
+        False,
+    )
 
 
 def test_change_sequence_orders_like_the_string(spark):
@@ -230,18 +309,35 @@ def test_change_sequence_orders_like_the_string(spark):
     ordered = [r.s for r in df.orderBy(change_sequence_position(F.col("s"))).collect()]
     assert ordered == sequences
     odd = spark.createDataFrame([("",), ("12ab",), ("7",)], "s string")
-    assert [r.p for r in odd.select(change_sequence_position(F.col("s")).alias("p")).collect()] == [None, None, [0, 0, 7]]
+    assert [r.p for r in odd.select(change_sequence_position(F.col("s")).alias("p")).collect()] == [
+        None,
+        None,
+        [0, 0, 7],
+    ]
 
 
 def test_column_mask_is_little_endian_over_md_ordinals(spark):
     # The seed's own example: 0B = 1011 binary -> ordinals 1, 2 and 4.
     cases = [("0B", o) for o in range(1, 9)] + [("FF02", 9), ("FF02", 10), ("FF02", 8), ("01", 9), ("1", 1)]
     df = spark.createDataFrame(cases, "mask string, ordinal int")
-    got = [(r.mask, r.ordinal, r.present) for r in df.select("mask", "ordinal", column_present(F.col("mask"), F.col("ordinal")).alias("present")).collect()]
+    got = [
+        (r.mask, r.ordinal, r.present)
+        for r in df.select(
+            "mask", "ordinal", column_present(F.col("mask"), F.col("ordinal")).alias("present")
+        ).collect()
+    ]
     assert got == [
-        ("0B", 1, True), ("0B", 2, True), ("0B", 3, False), ("0B", 4, True),
-        ("0B", 5, False), ("0B", 6, False), ("0B", 7, False), ("0B", 8, False),
-        ("FF02", 9, False), ("FF02", 10, True), ("FF02", 8, True),
+        ("0B", 1, True),
+        ("0B", 2, True),
+        ("0B", 3, False),
+        ("0B", 4, True),
+        ("0B", 5, False),
+        ("0B", 6, False),
+        ("0B", 7, False),
+        ("0B", 8, False),
+        ("FF02", 9, False),
+        ("FF02", 10, True),
+        ("FF02", 8, True),
         ("01", 9, False),  # bytes past the end of the mask are zero
         ("1", 1, True),
     ]
@@ -272,16 +368,37 @@ def test_dt_messages_find_their_md_every_documented_way(spark, tmp_path):
     land(tmp_path / "in" / "0-md.json", md(), md("ORDERS", orders, schema="sales", schema_id="md-orders-1"))
     land(
         tmp_path / "in" / "1-dt.json",
-        dt_msg("INSERT", {"ORDER_ID": "7", "AMOUNT": 2.5}, seq=seq(1), at=at(1), mask="03", schema_id="md-orders-1"),
+        dt_msg(
+            "INSERT",
+            {"ORDER_ID": "7", "AMOUNT": 2.5},
+            seq=seq(1),
+            at=at(1),
+            mask="03",
+            schema_id="md-orders-1",
+        ),
         # Some landings put schema/table beside the envelope fields rather than inside `message`.
-        {**dt_msg("INSERT", {"ORDER_ID": 8, "AMOUNT": 3}, seq=seq(2), at=at(2), mask="03"), "schema": "sales", "table": "ORDERS"},
+        {
+            **dt_msg("INSERT", {"ORDER_ID": 8, "AMOUNT": 3}, seq=seq(2), at=at(2), mask="03"),
+            "schema": "sales",
+            "table": "ORDERS",
+        },
         # The table's columns fit only sales.ORDERS: the one MD that explains the message.
         dt_msg("INSERT", {"ORDER_ID": 9, "AMOUNT": 4}, seq=seq(3), at=at(3), mask="03"),
         # Nothing names the table and the columns fit no MD: not guessed.
         dt_msg("INSERT", {"SKU": "x"}, seq=seq(4), at=at(4), mask="01"),
         # The MD named does not exist in the landing.
-        dt_msg("INSERT", {"ORDER_ID": 10, "AMOUNT": 5}, seq=seq(5), at=at(5), mask="03", schema_id="md-missing"),
-        dt_msg("INSERT", {"ORDER_ID": 11, "AMOUNT": 6}, seq=seq(6), at=at(6), mask="03", schema="sales", table="RETURNS"),
+        dt_msg(
+            "INSERT", {"ORDER_ID": 10, "AMOUNT": 5}, seq=seq(5), at=at(5), mask="03", schema_id="md-missing"
+        ),
+        dt_msg(
+            "INSERT",
+            {"ORDER_ID": 11, "AMOUNT": 6},
+            seq=seq(6),
+            at=at(6),
+            mask="03",
+            schema="sales",
+            table="RETURNS",
+        ),
     )
     rows = decode(spark, tmp_path / "in")
     assert shape(rows)[2:] == [
@@ -297,17 +414,44 @@ def test_dt_messages_find_their_md_every_documented_way(spark, tmp_path):
         {"ORDER_ID": "INT 8", "AMOUNT": "FLOAT 3.0"},
         {"ORDER_ID": "INT 9", "AMOUNT": "FLOAT 4.0"},
     ]
-    assert rows[2]["key_cols"] == ["ORDER_ID"] and rows[2]["types"] == {"ORDER_ID": "bigint", "AMOUNT": "float"}
+    assert rows[2]["key_cols"] == ["ORDER_ID"] and rows[2]["types"] == {
+        "ORDER_ID": "bigint",
+        "AMOUNT": "float",
+    }
 
 
 def test_table_option_ties_unnamed_messages_and_ambiguous_columns_are_not_guessed(spark, tmp_path):
     twin = {"ID": (1, "INT4", 10, 0, 1), "NAME": (2, "WSTRING", 0, 0, 0)}
     land(tmp_path / "in" / "0-md.json", md("A", twin, schema_id="a"), md("B", twin, schema_id="b"))
-    land(tmp_path / "in" / "1-dt.json", dt_msg("INSERT", {"ID": 1, "NAME": "x"}, seq=seq(1), at=at(1), mask="03"))
-    assert shape(decode(spark, tmp_path / "in"))[2] == ("1-dt.json", 1, "quarantined", "insert", "unknown table/schema", None)
+    land(
+        tmp_path / "in" / "1-dt.json",
+        dt_msg("INSERT", {"ID": 1, "NAME": "x"}, seq=seq(1), at=at(1), mask="03"),
+    )
+    assert shape(decode(spark, tmp_path / "in"))[2] == (
+        "1-dt.json",
+        1,
+        "quarantined",
+        "insert",
+        "unknown table/schema",
+        None,
+    )
     # --table: qualified, or the bare table name when no other schema has a table of that name.
-    assert shape(decode(spark, tmp_path / "in", table="dbo.B"))[2] == ("1-dt.json", 1, "change", "insert", None, "dbo.B")
-    assert shape(decode(spark, tmp_path / "in", table="A"))[2] == ("1-dt.json", 1, "change", "insert", None, "dbo.A")
+    assert shape(decode(spark, tmp_path / "in", table="dbo.B"))[2] == (
+        "1-dt.json",
+        1,
+        "change",
+        "insert",
+        None,
+        "dbo.B",
+    )
+    assert shape(decode(spark, tmp_path / "in", table="A"))[2] == (
+        "1-dt.json",
+        1,
+        "change",
+        "insert",
+        None,
+        "dbo.A",
+    )
 
 
 def test_a_table_version_applies_from_its_md_timestamp(spark, tmp_path):
@@ -318,7 +462,15 @@ def test_a_table_version_applies_from_its_md_timestamp(spark, tmp_path):
         md("T", v1, schema_id="t1", version=1, at="2024-09-02T09:00:00.000"),
         md("T", v2, schema_id="t2", version=2, at="2024-09-02T10:10:30.000"),
         dt_msg("INSERT", {"ID": 1, "NAME": "a"}, seq=seq(1), at=at(1), mask="03", table="T", schema="dbo"),
-        dt_msg("INSERT", {"ID": 2, "NAME": "b", "EMAIL": "b@x"}, seq=seq(2), at=at(40), mask="07", table="T", schema="dbo"),
+        dt_msg(
+            "INSERT",
+            {"ID": 2, "NAME": "b", "EMAIL": "b@x"},
+            seq=seq(2),
+            at=at(40),
+            mask="07",
+            table="T",
+            schema="dbo",
+        ),
         dt_msg("REFRESH", {"ID": 3, "NAME": "c"}, mask="03", table="T", schema="dbo"),
     )
     rows = decode(spark, tmp_path / "crm.json")
@@ -374,7 +526,14 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, tmp_path, re
     ]
     metrics, tables = replay("qlik-json", tmp_path / "in")
     assert_events_add_up(metrics)
-    assert metrics["events"] == {"read": 16, "applied": 1, "after_as_of": 0, "ignored": 2, "duplicates": 0, "quarantined": 13}
+    assert metrics["events"] == {
+        "read": 16,
+        "applied": 1,
+        "after_as_of": 0,
+        "ignored": 2,
+        "duplicates": 0,
+        "quarantined": 13,
+    }
     assert tables == {"dbo.CUSTOMERS": [snapshot_row(12, "ok", "10.50")]}
 
 
@@ -404,7 +563,14 @@ def test_replay_full_load_then_changes(spark, tmp_path, replay):
     )
     metrics, tables = replay("qlik-json", tmp_path / "in", "2024-09-02T10:10:30Z")
     assert_events_add_up(metrics)
-    assert metrics["events"] == {"read": 10, "applied": 8, "after_as_of": 1, "ignored": 1, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 10,
+        "applied": 8,
+        "after_as_of": 1,
+        "ignored": 1,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert tables == {
         "dbo.CUSTOMERS": sorted(
             [

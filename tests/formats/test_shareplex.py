@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from tests.conftest import assert_events_add_up
 
 FMT = "shareplex-json"
@@ -80,11 +79,32 @@ T_DELETE = 1497628295000  # 2017-06-16T15:51:35Z
 TRANS_7_0_411499 = (7 << 48) + 411499
 
 
-def rec(op: str, data=None, key=None, *, table="S.T", time="2024-01-01T00:00:00", scn=100, trans="1.2.3", seq=1,
-        size=None, rowid=None, **meta) -> str:
+def rec(
+    op: str,
+    data=None,
+    key=None,
+    *,
+    table="S.T",
+    time="2024-01-01T00:00:00",
+    scn=100,
+    trans="1.2.3",
+    seq=1,
+    size=None,
+    rowid=None,
+    **meta,
+) -> str:
     """One Shareplex record as a JSON line (test input built from literals)."""
-    m = {"time": time, "op": op, "scn": scn, "trans": trans, "seq": seq, "size": size, "table": table, "rowid": rowid,
-         **meta}
+    m = {
+        "time": time,
+        "op": op,
+        "scn": scn,
+        "trans": trans,
+        "seq": seq,
+        "size": size,
+        "table": table,
+        "rowid": rowid,
+        **meta,
+    }
     record = {"meta": {k: v for k, v in m.items() if v is not None}}
     if data is not None:
         record["data"] = data
@@ -121,43 +141,113 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
     write(d / "4_update.json", SEED_UPDATE_JSON)
     write(d / "5_delete.json", SEED_DELETE_JSON)
     insert, update_verbatim, delete_verbatim, update, delete = decode(spark, d)
-    assert {k: insert[k] for k in ("table", "kind", "op", "reason", "event_ms", "log_pos", "sub_pos", "tx_id", "tx_end",
-                                   "before", "after", "partial", "key_cols", "types", "line", "raw")} == {
-        "table": TABLE, "kind": "change", "op": "insert", "reason": None, "event_ms": T_INSERT,
-        "log_pos": [14589063118712, TRANS_7_0_411499, 1], "sub_pos": 0, "tx_id": "7.0.411499", "tx_end": False,
-        "before": None, "after": {"MIO_LOG_ID": "32539737", "rowid": "AAATGpAAIAAItcIAAA"}, "partial": False,
-        "key_cols": None, "types": None, "line": 1, "raw": SEED_INSERT,
+    assert {
+        k: insert[k]
+        for k in (
+            "table",
+            "kind",
+            "op",
+            "reason",
+            "event_ms",
+            "log_pos",
+            "sub_pos",
+            "tx_id",
+            "tx_end",
+            "before",
+            "after",
+            "partial",
+            "key_cols",
+            "types",
+            "line",
+            "raw",
+        )
+    } == {
+        "table": TABLE,
+        "kind": "change",
+        "op": "insert",
+        "reason": None,
+        "event_ms": T_INSERT,
+        "log_pos": [14589063118712, TRANS_7_0_411499, 1],
+        "sub_pos": 0,
+        "tx_id": "7.0.411499",
+        "tx_end": False,
+        "before": None,
+        "after": {"MIO_LOG_ID": "32539737", "rowid": "AAATGpAAIAAItcIAAA"},
+        "partial": False,
+        "key_cols": None,
+        "types": None,
+        "line": 1,
+        "raw": SEED_INSERT,
     }
     # As printed in the seed, the update (elided "...") and the delete (trailing comma) are not JSON.
     assert [(e["kind"], e["reason"], e["raw"]) for e in (update_verbatim, delete_verbatim)] == [
-        ("quarantined", "not JSON", SEED_UPDATE), ("quarantined", "not JSON", SEED_DELETE)
+        ("quarantined", "not JSON", SEED_UPDATE),
+        ("quarantined", "not JSON", SEED_DELETE),
     ]
-    old = {"MIO_LOG_ID": "32537893", "PLNMIO_REC_ID": "31557806", "POL_CODE": None, "CNTR_TYPE": None,
-           "CNTR_NO": "1171201606syui26"}
+    old = {
+        "MIO_LOG_ID": "32537893",
+        "PLNMIO_REC_ID": "31557806",
+        "POL_CODE": None,
+        "CNTR_TYPE": None,
+        "CNTR_NO": "1171201606syui26",
+    }
     assert (update["kind"], update["op"], update["event_ms"], update["log_pos"], update["partial"]) == (
-        "change", "update", T_UPDATE, None, True)
+        "change",
+        "update",
+        T_UPDATE,
+        None,
+        True,
+    )
     assert update["before"] == old
     assert update["after"] == {**old, "CNTR_NO": "1171201606"}
     # The delete names no table.
-    assert (delete["kind"], delete["reason"], delete["event_ms"]) == ("quarantined", "missing table", T_DELETE)
+    assert (delete["kind"], delete["reason"], delete["event_ms"]) == (
+        "quarantined",
+        "missing table",
+        T_DELETE,
+    )
 
 
 def test_seed_samples_replay(replay, tmp_path):
     d = tmp_path / "seed"
-    for name, text in [("1_insert", SEED_INSERT), ("2_update", SEED_UPDATE), ("3_delete", SEED_DELETE),
-                       ("4_update", SEED_UPDATE_JSON), ("5_delete", SEED_DELETE_JSON)]:
+    for name, text in [
+        ("1_insert", SEED_INSERT),
+        ("2_update", SEED_UPDATE),
+        ("3_delete", SEED_DELETE),
+        ("4_update", SEED_UPDATE_JSON),
+        ("5_delete", SEED_DELETE_JSON),
+    ]:
         write(d / f"{name}.json", text)
     # --table names the table of records that do not say theirs (the seed's delete).
     metrics, tables = replay(FMT, d, key="MIO_LOG_ID", table=TABLE)
-    row = {"MIO_LOG_ID": None, "rowid": None, "PLNMIO_REC_ID": None, "POL_CODE": None, "CNTR_TYPE": None, "CNTR_NO": None}
+    row = {
+        "MIO_LOG_ID": None,
+        "rowid": None,
+        "PLNMIO_REC_ID": None,
+        "POL_CODE": None,
+        "CNTR_TYPE": None,
+        "CNTR_NO": None,
+    }
     assert by(tables[TABLE], "MIO_LOG_ID") == [
         # The update names a row never inserted here: its key and data create it.
         {**row, "MIO_LOG_ID": "32537893", "PLNMIO_REC_ID": "31557806", "CNTR_NO": "1171201606"},
         {**row, "MIO_LOG_ID": "32539737", "rowid": "AAATGpAAIAAItcIAAA"},
     ]
-    assert metrics["events"] == {"read": 5, "applied": 3, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 2}
+    assert metrics["events"] == {
+        "read": 5,
+        "applied": 3,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 2,
+    }
     t = metrics["tables"][TABLE]
-    assert (t["inserts"], t["updates"], t["updates_of_unknown_key"], t["deletes_of_unknown_key"]) == (1, 1, 1, 1)
+    assert (t["inserts"], t["updates"], t["updates_of_unknown_key"], t["deletes_of_unknown_key"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
     assert t["last_event_ms"] == T_DELETE
     assert_events_add_up(metrics)
 
@@ -191,7 +281,14 @@ def test_partial_updates_truncate_order_and_drift(replay, tmp_path):
         "S.PARTIAL": [{"ID": "1", "A": None, "B": "b2"}],
         "S.TRUNC": [{"ID": "3"}],
     }
-    assert metrics["events"] == {"read": 12, "applied": 12, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 12,
+        "applied": 12,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert metrics["tables"]["S.TRUNC"]["truncates"] == 1
     assert_events_add_up(metrics)
 
@@ -236,18 +333,30 @@ def test_update_before_and_after_pairs(spark, replay, tmp_path):
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
     events = decode(spark, path)
     assert [(e["kind"], e["op"], e["reason"], e["tx_end"]) for e in events] == [
-        ("change", "insert", None, None), ("change", "insert", None, None),
-        ("ignored", None, "update before image", False), ("change", "update", None, False),
-        ("ignored", None, "update before image", False), ("change", "update", None, True),
+        ("change", "insert", None, None),
+        ("change", "insert", None, None),
+        ("ignored", None, "update before image", False),
+        ("change", "update", None, False),
+        ("ignored", None, "update before image", False),
+        ("change", "update", None, True),
     ]
     assert (events[3]["before"], events[3]["after"]) == (
-        {"ID": "1", "NAME": "a", "CITY": "x"}, {"ID": "2", "NAME": "b", "CITY": "x"})
+        {"ID": "1", "NAME": "a", "CITY": "x"},
+        {"ID": "2", "NAME": "b", "CITY": "x"},
+    )
     assert (events[5]["before"], events[5]["after"]) == ({"ID": "5", "NAME": "e"}, {"ID": "5", "NAME": "ee"})
 
     metrics, tables = replay(FMT, path, key="ID")
     assert tables == {"S.T": [{"ID": "2", "NAME": "b", "CITY": "x"}, {"ID": "5", "NAME": "ee", "CITY": "y"}]}
     assert metrics["ignored"] == {"update before image": 2}
-    assert metrics["events"] == {"read": 6, "applied": 4, "after_as_of": 0, "ignored": 2, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 6,
+        "applied": 4,
+        "after_as_of": 0,
+        "ignored": 2,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert_events_add_up(metrics)
 
 
@@ -260,7 +369,12 @@ def test_drop_column_and_position_fields(spark, tmp_path):
     ]
     drop, ins, no_scn = decode(spark, write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n"))
     assert (drop["kind"], drop["reason"], drop["table"], drop["before"], drop["after"]) == (
-        "ignored", "ddl", "S.T", {"OLD_COL": None}, None)
+        "ignored",
+        "ddl",
+        "S.T",
+        {"OLD_COL": None},
+        None,
+    )
     assert (drop["log_pos"], drop["tx_id"], drop["tx_end"]) == ([7, 12345, 3], "12345", True)
     assert (ins["event_ms"], ins["log_pos"], ins["tx_end"]) == (1718000000000, [8, None, 2], True)
     assert (no_scn["event_ms"], no_scn["log_pos"]) == (1718000000000 - 7200000, None)
@@ -291,8 +405,14 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
     metrics, tables = replay(FMT, path, key="ID")
     assert tables == {"S.T": [{"ID": "1"}]}
     assert metrics["quarantine"]["reasons"] == {
-        "key unknown: delete with neither before nor after image": 1, "missing image": 2, "missing op": 2,
-        "missing table": 1, "not JSON": 1, "not a JSON object": 1, "row image not an object": 2, "type mismatch": 2,
+        "key unknown: delete with neither before nor after image": 1,
+        "missing image": 2,
+        "missing op": 2,
+        "missing table": 1,
+        "not JSON": 1,
+        "not a JSON object": 1,
+        "row image not an object": 2,
+        "type mismatch": 2,
         "unknown op": 1,
     }
     assert_events_add_up(metrics)
@@ -308,7 +428,10 @@ def test_drop_column_removes_the_column_from_later_snapshots(replay, tmp_path):
     ]
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
     _, before = replay(FMT, path, as_of="2024-01-01T00:00:02Z", key="ID")
-    assert by(before["S.T"], "ID") == [{"ID": "1", "NAME": "a", "OLD_COL": "x"}, {"ID": "2", "NAME": "b", "OLD_COL": "y"}]
+    assert by(before["S.T"], "ID") == [
+        {"ID": "1", "NAME": "a", "OLD_COL": "x"},
+        {"ID": "2", "NAME": "b", "OLD_COL": "y"},
+    ]
     metrics, after = replay(FMT, path, key="ID")
     assert by(after["S.T"], "ID") == [{"ID": "1", "NAME": "a"}, {"ID": "2", "NAME": "bb"}]
     assert metrics["ignored"] == {"ddl": 1}
@@ -327,7 +450,8 @@ def test_key_change_carries_the_row_as_it_stood_just_before_the_move(replay, tmp
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
     metrics, tables = replay(FMT, path, key="ID")
     assert by(tables["S.MOVE"], "ID") == [
-        {"ID": "1", "A": "new", "B": "new", "C": "new"}, {"ID": "2", "A": "a3", "B": "b4", "C": "c"},
+        {"ID": "1", "A": "new", "B": "new", "C": "new"},
+        {"ID": "2", "A": "a3", "B": "b4", "C": "c"},
     ]
     assert metrics["tables"]["S.MOVE"]["inserts"] == 2 and metrics["tables"]["S.MOVE"]["updates"] == 3
     assert_events_add_up(metrics)

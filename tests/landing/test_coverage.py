@@ -11,9 +11,9 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from airflow_cdc_provider.landing.coverage import Coverage, CoverageSpec, CoverageSpecError, check_coverage
-from airflow_cdc_provider.contract.partitions import PartitionLayoutError
 from airflow_cdc_provider.contract.as_of import parse_as_of
+from airflow_cdc_provider.contract.partitions import PartitionLayoutError
+from airflow_cdc_provider.landing.coverage import Coverage, CoverageSpec, CoverageSpecError, check_coverage
 
 T = 1725264000000  # 2024-09-02T08:00:00Z
 
@@ -44,7 +44,9 @@ def check(path: str, as_of: str, **options) -> Coverage:
 
 
 def test_marker_of_the_day_that_ends_at_as_of(tmp_path):
-    root = build(tmp_path, {"dt=2024-09-01/a.jsonl": "", "dt=2024-09-01/_SUCCESS": "", "dt=2024-09-02/a.jsonl": ""})
+    root = build(
+        tmp_path, {"dt=2024-09-01/a.jsonl": "", "dt=2024-09-01/_SUCCESS": "", "dt=2024-09-02/a.jsonl": ""}
+    )
 
     assert check(root, "2024-09-02T00:00:00Z") == Coverage(
         True,
@@ -61,7 +63,14 @@ def test_marker_of_the_day_that_ends_at_as_of(tmp_path):
 
 
 def test_named_marker_in_an_hourly_partition_spelled_without_zero_padding(tmp_path):
-    root = build(tmp_path, {"ds=20240902/hr=5/part-0.json": "", "ds=20240902/hr=5/_DONE": "", "ds=20240902/hr=6/part-0.json": ""})
+    root = build(
+        tmp_path,
+        {
+            "ds=20240902/hr=5/part-0.json": "",
+            "ds=20240902/hr=5/_DONE": "",
+            "ds=20240902/hr=6/part-0.json": "",
+        },
+    )
 
     coverage = check(root, "2024-09-02T06:00:00Z", marker="_DONE")
     assert coverage == Coverage(
@@ -69,7 +78,10 @@ def test_named_marker_in_an_hourly_partition_spelled_without_zero_padding(tmp_pa
         f"{root}/ds=20240902/hr=05/_DONE, the done-marker of partition ds=20240902/hr=05, which covers AS OF 2024-09-02T06:00:00+00:00",
         f"{root}/ds=20240902/hr=5/_DONE exists",
     )
-    assert check(root, "2024-09-02T06:00:01Z", marker="_DONE").seen == "no _DONE in ds=20240902/hr=06; newest partition is ds=20240902/hr=6"
+    assert (
+        check(root, "2024-09-02T06:00:01Z", marker="_DONE").seen
+        == "no _DONE in ds=20240902/hr=06; newest partition is ds=20240902/hr=6"
+    )
 
 
 def test_marker_at_the_root_of_a_landing_without_partitions(tmp_path):
@@ -133,7 +145,14 @@ def test_partition_strategy_without_partitions(tmp_path):
 
 def test_event_time_reads_only_the_newest_files_by_modification_time(tmp_path):
     # The oldest file (by mtime) holds a later event that must not be looked at: only the 2 newest are read.
-    root = build(tmp_path, {"a.jsonl": jsonl(T + 500_000), "b.jsonl": jsonl(T + 10_000, T + 40_000), "c.jsonl": jsonl(T + 20_000) + "null\n"})
+    root = build(
+        tmp_path,
+        {
+            "a.jsonl": jsonl(T + 500_000),
+            "b.jsonl": jsonl(T + 10_000, T + 40_000),
+            "c.jsonl": jsonl(T + 20_000) + "null\n",
+        },
+    )
     for age, name in enumerate(("c.jsonl", "b.jsonl", "a.jsonl")):
         os.utime(tmp_path / name, (1_700_000_000 - age * 60, 1_700_000_000 - age * 60))
     options = {"strategy": "event_time", "source_format": "debezium-json", "newest_files": 2}
@@ -176,7 +195,9 @@ def test_event_time_in_gzip_files_and_hive_partitions(tmp_path):
     )
     os.utime(tmp_path / "dt=2024-09-01" / "part-0.jsonl.gz", (1_800_000_000, 1_800_000_000))
 
-    coverage = check(root, "2024-09-02T08:00:00Z", strategy="event_time", source_format="debezium-json", newest_files=1)
+    coverage = check(
+        root, "2024-09-02T08:00:00Z", strategy="event_time", source_format="debezium-json", newest_files=1
+    )
     assert coverage == Coverage(
         True,
         f"a landed debezium-json event later than 2024-09-02T08:00:00+00:00 (AS OF 2024-09-02T08:00:00+00:00 "
@@ -224,15 +245,33 @@ def test_every_strategy_works_on_an_fsspec_uri():
 @pytest.mark.parametrize(
     ("options", "error", "message"),
     [
-        ({"strategy": "newest"}, CoverageSpecError, "strategy must be one of marker, partition, event_time, got 'newest'"),
-        ({"strategy": "event_time"}, CoverageSpecError, "strategy 'event_time' needs source_format (the --format of the landed records)"),
-        ({"marker": "dt=x/_SUCCESS"}, CoverageSpecError, "marker must be a file name (no '/'), got 'dt=x/_SUCCESS'"),
+        (
+            {"strategy": "newest"},
+            CoverageSpecError,
+            "strategy must be one of marker, partition, event_time, got 'newest'",
+        ),
+        (
+            {"strategy": "event_time"},
+            CoverageSpecError,
+            "strategy 'event_time' needs source_format (the --format of the landed records)",
+        ),
+        (
+            {"marker": "dt=x/_SUCCESS"},
+            CoverageSpecError,
+            "marker must be a file name (no '/'), got 'dt=x/_SUCCESS'",
+        ),
         ({"newest_files": 0}, CoverageSpecError, "newest_files must be at least 1, got 0"),
         ({"allowed_lateness_ms": -1}, CoverageSpecError, "allowed_lateness must not be negative, got -1 ms"),
-        ({"partition_pattern": "/%Y/%m"}, PartitionLayoutError,
-         "partition_pattern must be a relative strftime pattern containing %Y, e.g. 'dt=%Y-%m-%d/hour=%H' or '%Y/%m/%d', got '/%Y/%m'"),
-        ({"partition_pattern": "%Y/%m", "partition_timezone": "Mars/Olympus"}, PartitionLayoutError,
-         "unknown partition_timezone 'Mars/Olympus'"),
+        (
+            {"partition_pattern": "/%Y/%m"},
+            PartitionLayoutError,
+            "partition_pattern must be a relative strftime pattern containing %Y, e.g. 'dt=%Y-%m-%d/hour=%H' or '%Y/%m/%d', got '/%Y/%m'",
+        ),
+        (
+            {"partition_pattern": "%Y/%m", "partition_timezone": "Mars/Olympus"},
+            PartitionLayoutError,
+            "unknown partition_timezone 'Mars/Olympus'",
+        ),
     ],
 )
 def test_invalid_specs_are_refused(options, error, message):

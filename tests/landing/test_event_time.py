@@ -26,7 +26,11 @@ def line(obj: object) -> str:
     ("source_format", "record", "expected"),
     [
         # Debezium: source.ts_ms wins over the envelope's ts_ms; payload wrapper or bare envelope.
-        ("debezium-json", line({"schema": {}, "payload": {"op": "c", "ts_ms": T + 8, "source": {"ts_ms": T}}}), T),
+        (
+            "debezium-json",
+            line({"schema": {}, "payload": {"op": "c", "ts_ms": T + 8, "source": {"ts_ms": T}}}),
+            T,
+        ),
         ("debezium-json", line({"op": "u", "ts_ms": T + 8, "source": {"ts_ms": T + 1}}), T + 1),
         ("debezium-json", line({"ts_ms": T + 5}), T + 5),  # heartbeat: the stream's progress
         ("debezium-json", "null", None),  # Kafka tombstone
@@ -41,12 +45,32 @@ def line(obj: object) -> str:
         ("shareplex-json", line({"meta": {"time": "1725264000"}}), T),  # epoch seconds
         ("shareplex-json", line({"meta": {"time": str(T + 7)}}), T + 7),  # 13 digits: ms
         ("datahub-blob", line({"payload": {"op": "INSERT", "timestamp": {"eventTime": str(T)}}}), T),
-        ("datahub-blob", line({"payload": {"timestamp": {"eventTime": "-1", "systemTime": "-1"}}}), None),  # full load
+        (
+            "datahub-blob",
+            line({"payload": {"timestamp": {"eventTime": "-1", "systemTime": "-1"}}}),
+            None,
+        ),  # full load
         ("datahub-tuple", line({"_excute_time_": str(T)}), T),
         ("datahub-tuple", line({"_excute_time_": T * 1000 + 999}), T),  # 16 digits: microseconds
         ("datahub-tuple", line({"_excute_time_": "2024-09-02 08:00:00"}), T),
-        ("qlik-json", line({"magic": "atMSG", "type": "DT", "message": {"headers": {"timestamp": "2024-09-02T08:00:00.250"}}}), T + 250),
-        ("qlik-json", line({"magic": "atMSG", "type": "MD", "message": {"lineage": {"timestamp": "2024-09-02T09:00:00"}}}), None),
+        (
+            "qlik-json",
+            line(
+                {
+                    "magic": "atMSG",
+                    "type": "DT",
+                    "message": {"headers": {"timestamp": "2024-09-02T08:00:00.250"}},
+                }
+            ),
+            T + 250,
+        ),
+        (
+            "qlik-json",
+            line(
+                {"magic": "atMSG", "type": "MD", "message": {"lineage": {"timestamp": "2024-09-02T09:00:00"}}}
+            ),
+            None,
+        ),
         ("qlik-json", line({"message": {"headers": {"timestamp": ""}}}), None),  # REFRESH rows
     ],
 )

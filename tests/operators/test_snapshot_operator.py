@@ -19,6 +19,7 @@ import pendulum
 import pytest
 
 from tests import airflow_env
+
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.as_of import resolve_as_of
 from airflow_cdc_provider.hooks.cdc_replay import (
@@ -41,7 +42,13 @@ def lindorm(op: str, second: int, before: dict | None, after: dict | None) -> st
         "ts_ms": ts + 8,
         "before": before,
         "after": after,
-        "source": {"version": "v1.0", "db": "ld-xxxx", "namespace": "default", "table": "customers", "ts_ms": ts},
+        "source": {
+            "version": "v1.0",
+            "db": "ld-xxxx",
+            "namespace": "default",
+            "table": "customers",
+            "ts_ms": ts,
+        },
     }
     return json.dumps({"schema": {}, "payload": payload})
 
@@ -58,10 +65,13 @@ def landed(tmp_path: Path) -> Path:
     root = tmp_path / "landing"
     root.mkdir()
     (root / "a.jsonl").write_text(
-        "\n".join([lindorm("c", 1, None, ANNE), lindorm("c", 2, None, SALLY), "null"]) + "\n", encoding="utf-8"
+        "\n".join([lindorm("c", 1, None, ANNE), lindorm("c", 2, None, SALLY), "null"]) + "\n",
+        encoding="utf-8",
     )
     (root / "b.jsonl").write_text(
-        "\n".join([lindorm("u", 3, ANNE, ANNE_MARIE), lindorm("d", 4, SALLY, None), lindorm("c", 10, None, GEORGE)])
+        "\n".join(
+            [lindorm("u", 3, ANNE, ANNE_MARIE), lindorm("d", 4, SALLY, None), lindorm("c", 10, None, GEORGE)]
+        )
         + "\n",
         encoding="utf-8",
     )
@@ -117,7 +127,10 @@ def test_argument_list_is_exact():
         "--error-file", "/tmp/err.json",
     ]  # fmt: skip
     one_path = SnapshotArgs.build(
-        source_format="debezium-json", input_paths="/lake/a", output_path="/o", as_of=1725259200000,
+        source_format="debezium-json",
+        input_paths="/lake/a",
+        output_path="/o",
+        as_of=1725259200000,
         key_columns={"db.orders": ["order_id", "line"], "db.items": "sku"},
     )
     assert one_path.to_argv() == [
@@ -125,15 +138,23 @@ def test_argument_list_is_exact():
         "--key", "db.orders=order_id,line", "--key", "db.items=sku", "--on-error", "quarantine",
     ]  # fmt: skip
     incremental = SnapshotArgs.build(
-        source_format="canal-json", input_paths="/lake/a", output_path="/lake/2024-09-03", as_of=1725259200000,
-        partitions="%Y/%m/%d", partition_timezone="Asia/Shanghai", lateness="2h", base_path="/lake/2024-09-02",
+        source_format="canal-json",
+        input_paths="/lake/a",
+        output_path="/lake/2024-09-03",
+        as_of=1725259200000,
+        partitions="%Y/%m/%d",
+        partition_timezone="Asia/Shanghai",
+        lateness="2h",
+        base_path="/lake/2024-09-02",
     )
     assert incremental.to_argv() == [
         "--format", "canal-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/lake/2024-09-03",
         "--on-error", "quarantine", "--partitions", "%Y/%m/%d", "--lateness", "2h",
         "--partition-timezone", "Asia/Shanghai", "--base", "/lake/2024-09-02",
     ]  # fmt: skip
-    kept = SnapshotArgs.build(source_format="canal-json", input_paths="/a", output_path="/o", as_of=0, keep_state=True)
+    kept = SnapshotArgs.build(
+        source_format="canal-json", input_paths="/a", output_path="/o", as_of=0, keep_state=True
+    )
     assert kept.to_argv()[-1] == "--keep-state"
 
 
@@ -179,9 +200,17 @@ def test_as_of_defaults_to_data_interval_end():
     context = {"data_interval_end": end, "logical_date": end.subtract(days=1)}
     assert resolve_as_of("", context) == "2024-09-02T00:00:00+00:00"
     assert resolve_as_of(None, context) == "2024-09-02T00:00:00+00:00"
-    assert resolve_as_of(None, {"data_interval_end": None, "logical_date": end}) == "2024-09-02T00:00:00+00:00"
+    assert (
+        resolve_as_of(None, {"data_interval_end": None, "logical_date": end}) == "2024-09-02T00:00:00+00:00"
+    )
     assert resolve_as_of("2024-09-01T06:00:00Z", context) == "2024-09-01T06:00:00Z"
-    assert set(CdcSnapshotOperator.template_fields) >= {"input_paths", "output_path", "as_of", "key_columns", "tables"}
+    assert set(CdcSnapshotOperator.template_fields) >= {
+        "input_paths",
+        "output_path",
+        "as_of",
+        "key_columns",
+        "tables",
+    }
 
 
 def test_submit_conf_defaults_only_for_local_masters():
@@ -192,10 +221,17 @@ def test_submit_conf_defaults_only_for_local_masters():
     this_python = {"spark.pyspark.python": sys.executable}
     user = {"spark.executor.memory": "2g"}
     assert hook.submit_conf(SparkTarget("local[2]")) == {**user, **quiet, **loopback, **local_memory}
-    assert hook.submit_conf(SparkTarget("spark://127.0.0.1:7077")) == {**user, **quiet, **loopback, **this_python}
+    assert hook.submit_conf(SparkTarget("spark://127.0.0.1:7077")) == {
+        **user,
+        **quiet,
+        **loopback,
+        **this_python,
+    }
     assert hook.submit_conf(SparkTarget("spark://cluster:7077")) == {**user, **quiet}
     assert hook.submit_conf(SparkTarget("spark://cluster:7077", deploy_mode="cluster")) == {
-        **user, **quiet, "spark.standalone.submit.waitAppCompletion": "true"
+        **user,
+        **quiet,
+        "spark.standalone.submit.waitAppCompletion": "true",
     }
     assert hook.submit_conf(SparkTarget("yarn", deploy_mode="cluster")) == {**user, **quiet}
     own = CdcReplayHook(
@@ -214,12 +250,19 @@ def test_driver_log_level_is_spark_log_level_unless_left_to_spark():
     for build in (
         lambda: CdcReplayHook(driver_log_level="quiet"),
         lambda: CdcSnapshotOperator(
-            task_id="t", source_format="debezium-json", input_paths="/i", output_path="/o", driver_log_level="quiet"
+            task_id="t",
+            source_format="debezium-json",
+            input_paths="/i",
+            output_path="/o",
+            driver_log_level="quiet",
         ),
     ):
         with pytest.raises(CdcJobArgumentError) as raised:
             build()
-        assert str(raised.value) == "driver_log_level must be one of ALL, DEBUG, ERROR, FATAL, INFO, OFF, TRACE, WARN, got 'quiet'"
+        assert (
+            str(raised.value)
+            == "driver_log_level must be one of ALL, DEBUG, ERROR, FATAL, INFO, OFF, TRACE, WARN, got 'quiet'"
+        )
 
 
 def test_submit_env_binds_spark_to_loopback_only_for_masters_on_this_machine(monkeypatch):
@@ -236,15 +279,24 @@ def test_output_asset_is_the_stable_part_of_the_output_path():
 
     def asset_of(**kwargs) -> Asset:
         with DAG("cdc_asset_test", schedule=None):
-            op = CdcSnapshotOperator(task_id="snap", source_format="debezium-json", input_paths="/lake/in", **kwargs)
+            op = CdcSnapshotOperator(
+                task_id="snap", source_format="debezium-json", input_paths="/lake/in", **kwargs
+            )
         assert op.outlets == [op.output_asset]
         return op.output_asset
 
-    assert asset_of(output_path="s3a://lake/snapshots/customers/dt={{ ds }}").uri == "s3a://lake/snapshots/customers"
-    assert asset_of(output_path="/lake/snapshots/customers/{{ ds }}/x").uri == "file:///lake/snapshots/customers"
+    assert (
+        asset_of(output_path="s3a://lake/snapshots/customers/dt={{ ds }}").uri
+        == "s3a://lake/snapshots/customers"
+    )
+    assert (
+        asset_of(output_path="/lake/snapshots/customers/{{ ds }}/x").uri == "file:///lake/snapshots/customers"
+    )
     assert asset_of(output_path="/lake/snapshots/customers").uri == "file:///lake/snapshots/customers"
     assert asset_of(output_path="{{ params.output }}").uri == "x-cdc-snapshot://cdc_asset_test/snap"
-    assert asset_of(output_path="/lake/s", output_asset=Asset("customers_snapshot")).name == "customers_snapshot"
+    assert (
+        asset_of(output_path="/lake/s", output_asset=Asset("customers_snapshot")).name == "customers_snapshot"
+    )
     assert asset_of(output_path="/lake/s", output_asset="gs://bucket/snap").uri == "gs://bucket/snap"
 
 
@@ -262,7 +314,9 @@ def test_the_operator_needs_no_openlineage_provider():
         "print(op.get_openlineage_facets_on_complete(None), loaded)\n"
     )
     env = {**os.environ, "AIRFLOW_HOME": str(airflow_env.AIRFLOW_HOME)}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "None []"
 
@@ -296,7 +350,14 @@ def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed, cap
         "as_of_ms": T0 + 5000,
         "output": f"file:{output}",
         "rows": 1,
-        "events": {"read": 6, "applied": 4, "after_as_of": 1, "ignored": 1, "duplicates": 0, "quarantined": 0},
+        "events": {
+            "read": 6,
+            "applied": 4,
+            "after_as_of": 1,
+            "ignored": 1,
+            "duplicates": 0,
+            "quarantined": 0,
+        },
     }
     customers = metrics["tables"]["default.customers"]
     assert list(metrics["tables"]) == ["default.customers"]
@@ -317,16 +378,22 @@ def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed, cap
     # OpenLineage: the landed inputs, one output per table, its row count.
     lineage = json.loads(Path(conf["lineage_file"]).read_text(encoding="utf-8"))
     assert [(d["namespace"], d["name"]) for d in lineage["inputs"]] == [
-        ("file", str(landed / "a.jsonl")), ("file", str(landed / "b.jsonl"))
+        ("file", str(landed / "a.jsonl")),
+        ("file", str(landed / "b.jsonl")),
     ]
     assert [
-        (d["namespace"], d["name"], d["outputFacets"]["outputStatistics"]["rowCount"]) for d in lineage["outputs"]
+        (d["namespace"], d["name"], d["outputFacets"]["outputStatistics"]["rowCount"])
+        for d in lineage["outputs"]
     ] == [("file", f"{output}/default.customers", 1)]
 
     # Spark's own INFO chatter stays out of the task log (driver_log_level WARN); the job's own lines stay.
     task_log = log.out + log.err
     assert "snapshot of 1 table(s) as of 2024-09-02T08:00:05+00:00 written to" in task_log
-    assert [name for name in ("INFO SparkEnv:", "INFO BlockManager", "INFO Executor:", "INFO DAGScheduler:") if name in task_log] == []
+    assert [
+        name
+        for name in ("INFO SparkEnv:", "INFO BlockManager", "INFO Executor:", "INFO DAGScheduler:")
+        if name in task_log
+    ] == []
 
 
 def test_failed_job_fails_the_task_with_the_job_message(airflow_db, tmp_path, landed):
@@ -336,7 +403,9 @@ def test_failed_job_fails_the_task_with_the_job_message(airflow_db, tmp_path, la
 
     assert airflow_env.task_states(dag_run) == {"snapshot": "failed"}
     raised = Path(conf["report_file"]).read_text(encoding="utf-8")
-    assert raised.startswith("CdcReplayJobError: cdc-replay job failed: MissingKeyError: no key for table(s) default.customers")
+    assert raised.startswith(
+        "CdcReplayJobError: cdc-replay job failed: MissingKeyError: no key for table(s) default.customers"
+    )
     assert "--key" in raised
     assert not Path(conf["output"]).exists()
 
@@ -364,7 +433,10 @@ def processes() -> dict[int, tuple[int, str]]:
                 if state == "Z":
                     continue
                 parent = int(parent_text)
-                table[int(entry.name)] = (parent, (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                table[int(entry.name)] = (
+                    parent,
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(),
+                )
             except (OSError, ValueError):
                 continue
     return table
@@ -373,7 +445,9 @@ def processes() -> dict[int, tuple[int, str]]:
 def running_submission() -> tuple[int, int] | None:
     """(spark-submit JVM, job's Python driver) started by this process, once both are up."""
     table = processes()
-    jvms = [pid for pid, (parent, cmd) in table.items() if parent == os.getpid() and "java" in cmd.split(" ")[0]]
+    jvms = [
+        pid for pid, (parent, cmd) in table.items() if parent == os.getpid() and "java" in cmd.split(" ")[0]
+    ]
     drivers = [pid for pid, (parent, cmd) in table.items() if parent in jvms and "spark_app.py" in cmd]
     # The driver's own JVM: the test session's SparkSession JVM is a java child of this process too.
     return (table[drivers[0]][0], drivers[0]) if drivers else None
@@ -404,7 +478,9 @@ def test_on_kill_stops_the_running_submission(tmp_path, landed):
 
     assert not worker.is_alive()
     assert [type(exc) for exc in raised] == [CdcReplayJobError]
-    assert str(raised[0]).startswith("cdc-replay job failed without writing an error report: Cannot execute: spark-submit")
+    assert str(raised[0]).startswith(
+        "cdc-replay job failed without writing an error report: Cannot execute: spark-submit"
+    )
     assert "Error code is: -9." in str(raised[0])
     assert set(started) & set(processes()) == set()  # on_kill stops the driver too, not only spark-submit
     assert not (tmp_path / "snapshot").exists()

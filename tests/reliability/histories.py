@@ -21,15 +21,18 @@ import gzip
 import json
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.formats.test_canal import msg as canal_msg
 from tests.formats.test_cdl import change as cdl_change
 from tests.formats.test_datahub_blob import message as blob_message
-from tests.formats.test_dts_avro import chars, integer, message as avro_message, record as dts_record
+from tests.formats.test_dts_avro import chars, integer
+from tests.formats.test_dts_avro import message as avro_message
+from tests.formats.test_dts_avro import record as dts_record
 from tests.formats.test_qlik import dt_msg, md
 from tests.formats.test_shareplex import rec as shareplex_rec
 
@@ -119,7 +122,14 @@ def _dbz(table: str, c: Change, before: dict | None) -> list[Line]:
         "ts_ms": c.ms + 3,
         "before": before if c.op != INSERT else None,
         "after": None if c.op == DELETE else image,
-        "source": {"db": "db", "table": table, "ts_ms": c.ms, "file": "mysql-bin.000003", "pos": c.position, "row": 0},
+        "source": {
+            "db": "db",
+            "table": table,
+            "ts_ms": c.ms,
+            "file": "mysql-bin.000003",
+            "pos": c.position,
+            "row": 0,
+        },
     }
     if c.op == DELETE and before is None:
         record["before"] = image
@@ -130,8 +140,18 @@ def _cdl(table: str, c: Change, before: dict | None) -> list[Line]:
     image = {"id": c.key, "name": c.name, "qty": c.qty}
     op = {INSERT: "INSERT", UPDATE: "UPDATE", DELETE: "DELETE"}[c.op]
     data, old = (None, before or image) if c.op == DELETE else (image, before if c.op == UPDATE else None)
-    record = cdl_change(op, data, old, lsn=c.position, tx=c.position, ms=c.ms, schema=False,
-                        unique={"id": c.key}, SEG_OWNER="s", TABLE_NAME=table)
+    record = cdl_change(
+        op,
+        data,
+        old,
+        lsn=c.position,
+        tx=c.position,
+        ms=c.ms,
+        schema=False,
+        unique={"id": c.key},
+        SEG_OWNER="s",
+        TABLE_NAME=table,
+    )
     return [Line(json.dumps(record), "change", change=c)]
 
 
@@ -162,11 +182,14 @@ def _shareplex(table: str, c: Change, before: dict | None) -> list[Line]:
     row = {"id": c.key, "name": c.name, "qty": c.qty}
     op = {INSERT: "ins", UPDATE: "upd", DELETE: "del"}[c.op]
     if c.op == DELETE:
-        text = shareplex_rec(op, before or row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1)
+        text = shareplex_rec(
+            op, before or row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1
+        )
     elif c.op == UPDATE:
         data = _changed(row, before) if c.partial else row  # the key block holds the id
-        text = shareplex_rec(op, data, {"id": c.key}, table=f"s.{table}", time=iso(c.ms), scn=c.position,
-                             trans="1", seq=1)
+        text = shareplex_rec(
+            op, data, {"id": c.key}, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1
+        )
     else:
         text = shareplex_rec(op, row, table=f"s.{table}", time=iso(c.ms), scn=c.position, trans="1", seq=1)
     return [Line(text, "change", change=c)]
@@ -189,16 +212,33 @@ def _dts(table: str, c: Change, before: dict | None) -> list[Line]:
     image = {"id": c.key, "name": c.name, "qty": c.qty}
     after = None if c.op == DELETE else image
     old = (before or image) if c.op == DELETE else (before if c.op == UPDATE else None)
-    rec = dts_record(c.op.upper(), c.position, before=_dts_values(old), after=_dts_values(after), table=f"db.{table}",
-                     fields=_DTS_FIELDS, ts=c.ms // 1000, position=f"{c.position}@mysql-bin.000003")
+    rec = dts_record(
+        c.op.upper(),
+        c.position,
+        before=_dts_values(old),
+        after=_dts_values(after),
+        table=f"db.{table}",
+        fields=_DTS_FIELDS,
+        ts=c.ms // 1000,
+        position=f"{c.position}@mysql-bin.000003",
+    )
     value = base64.b64encode(avro_message(rec)).decode("ascii")
     text = json.dumps({"topic": "dts", "partition": 0, "offset": c.position, "value": value})
     return [Line(text, "change", change=c)]
 
 
 def _tuple_record(table: str, c: Change, op: str, flags: tuple[str, str], row: dict) -> str:
-    return json.dumps({"_sequence_id_": str(1000 + c.position), "_operation_type_": op, "_excute_time_": c.ms,
-                       "_source_table_": table, "_before_image_": flags[0], "_after_image_": flags[1], **row})
+    return json.dumps(
+        {
+            "_sequence_id_": str(1000 + c.position),
+            "_operation_type_": op,
+            "_excute_time_": c.ms,
+            "_source_table_": table,
+            "_before_image_": flags[0],
+            "_after_image_": flags[1],
+            **row,
+        }
+    )
 
 
 def _datahub_tuple(table: str, c: Change, before: dict | None) -> list[Line]:
@@ -216,9 +256,15 @@ def _datahub_tuple(table: str, c: Change, before: dict | None) -> list[Line]:
 def _datahub_blob(table: str, c: Change, before: dict | None) -> list[Line]:
     row = {"id": c.key, "name": c.name, "qty": c.qty}
     op = {INSERT: "INSERT", UPDATE: "UPDATE_AFTER", DELETE: "DELETE"}[c.op]
-    record = blob_message(op, seq=str(1000 + c.position), event_ms=c.ms, table=table,
-                          before=(before or row) if c.op != INSERT else None, after=None if c.op == DELETE else row,
-                          columns={"id": "LONG", "name": "STRING", "qty": "LONG"})
+    record = blob_message(
+        op,
+        seq=str(1000 + c.position),
+        event_ms=c.ms,
+        table=table,
+        before=(before or row) if c.op != INSERT else None,
+        after=None if c.op == DELETE else row,
+        columns={"id": "LONG", "name": "STRING", "qty": "LONG"},
+    )
     return [Line(json.dumps(record), "change", change=c)]
 
 
@@ -240,14 +286,19 @@ def _qlik(table: str, c: Change, before: dict | None) -> list[Line]:
         data = {name.upper(): v if name in captured else None for name, v in row.items()}
         mask = f"{sum(1 << i for i, name in enumerate(('id', 'name', 'qty')) if name in captured):02X}"
     # changeSequence: the event time (YYYYMMDDHHmmSShh) and a 19-digit counter, both growing with the position.
-    seq = datetime.fromtimestamp(c.ms / 1000, tz=timezone.utc).strftime("%Y%m%d%H%M%S00") + f"{c.position:019d}"
-    record = dt_msg(op, data, old, seq=seq, at=iso(c.ms, millis=True),
-                    mask=mask, schema="dbo", table=table.upper())
+    seq = (
+        datetime.fromtimestamp(c.ms / 1000, tz=timezone.utc).strftime("%Y%m%d%H%M%S00") + f"{c.position:019d}"
+    )
+    record = dt_msg(
+        op, data, old, seq=seq, at=iso(c.ms, millis=True), mask=mask, schema="dbo", table=table.upper()
+    )
     return [Line(json.dumps(record), "change", change=c)]
 
 
 def _qlik_md(table: str) -> list[Line]:
-    message = md(table.upper(), _QLIK_COLUMNS, schema="dbo", schema_id=f"md-{table}", at="2024-09-01T00:00:00.000")
+    message = md(
+        table.upper(), _QLIK_COLUMNS, schema="dbo", schema_id=f"md-{table}", at="2024-09-01T00:00:00.000"
+    )
     text = json.dumps(message)
     return [Line(text, "ignored", "ddl")]
 
@@ -259,12 +310,23 @@ ENCODERS: dict[str, Encoder] = {
         Encoder("cdl-json", _cdl, lambda t: f"s.{t}"),
         Encoder("canal-json", _canal, lambda t: f"db.{t}"),
         Encoder("shareplex-json", _shareplex, lambda t: f"s.{t}", key=("id",), partial_images=True),
-        Encoder("dts-avro", _dts, lambda t: f"db.{t}", foreign_reason="missing image",
-                decoded_raw=lambda text: json.loads(text)["value"]),
+        Encoder(
+            "dts-avro",
+            _dts,
+            lambda t: f"db.{t}",
+            foreign_reason="missing image",
+            decoded_raw=lambda text: json.loads(text)["value"],
+        ),
         Encoder("datahub-tuple", _datahub_tuple, lambda t: t, key=("id",)),
         Encoder("datahub-blob", _datahub_blob, lambda t: f"db.{t}"),
-        Encoder("qlik-json", _qlik, lambda t: f"dbo.{t.upper()}", columns=("ID", "NAME", "QTY"), preamble=_qlik_md,
-                partial_images=True),
+        Encoder(
+            "qlik-json",
+            _qlik,
+            lambda t: f"dbo.{t.upper()}",
+            columns=("ID", "NAME", "QTY"),
+            preamble=_qlik_md,
+            partial_images=True,
+        ),
     )
 }
 
@@ -291,12 +353,16 @@ class Expected:
     """
 
     rows: list[dict[str, Any]] = field(default_factory=list)
-    events: Counter = field(default_factory=Counter)  # read, applied, after_as_of, ignored, duplicates, quarantined
+    events: Counter = field(
+        default_factory=Counter
+    )  # read, applied, after_as_of, ignored, duplicates, quarantined
     table_events: Counter = field(default_factory=Counter)  # the part attributed to the history's table
     counts: Counter = field(default_factory=Counter)  # inserts, updates, deletes, *_of_unknown_key
     quarantine_reasons: Counter = field(default_factory=Counter)
     ignored_reasons: Counter = field(default_factory=Counter)
-    quarantine: list[tuple[str, int, str, str]] = field(default_factory=list)  # file name, line, reason, record
+    quarantine: list[tuple[str, int, str, str]] = field(
+        default_factory=list
+    )  # file name, line, reason, record
     damaged_file: str = ""
     damaged_copies: int = 0
     as_of_ms: int = 0
@@ -304,8 +370,11 @@ class Expected:
     def count(self, line: Line, encoder: Encoder) -> None:
         """Count one landed record; records that name the history's table count for it too."""
         if line.role in ("change", "duplicate"):
-            kind = "after_as_of" if line.change.ms > self.as_of_ms else (
-                "duplicates" if line.role == "duplicate" else "applied")
+            kind = (
+                "after_as_of"
+                if line.change.ms > self.as_of_ms
+                else ("duplicates" if line.role == "duplicate" else "applied")
+            )
             attributed = True
         elif line.role == "ignored":
             kind, attributed = "ignored", line.reason != "tombstone"
@@ -329,7 +398,9 @@ class Expected:
         self.quarantine.append((self.damaged_file, delivered + 1, "truncated", None))
 
 
-def fold_history(encoder: Encoder, changes: list[Change], as_of_ms: int) -> tuple[list[dict[str, Any]], Counter]:
+def fold_history(
+    encoder: Encoder, changes: list[Change], as_of_ms: int
+) -> tuple[list[dict[str, Any]], Counter]:
     """Final rows and per-table counts: apply changes up to AS OF in position order."""
     state: dict[int, dict[str, Any]] = {}
     counts: Counter = Counter()
@@ -370,8 +441,15 @@ def _foreign_record(encoder: Encoder, table: str) -> str:
     """A record of another format: Canal JSON in a Debezium landing, Debezium JSON elsewhere."""
     if encoder.name == "debezium-json":
         return canal_msg("INSERT", [{"id": "1", "name": "x"}], table=table, es=T0)
-    return json.dumps({"op": "c", "ts_ms": T0, "before": None, "after": {"id": 1},
-                       "source": {"db": "db", "table": table, "ts_ms": T0}})
+    return json.dumps(
+        {
+            "op": "c",
+            "ts_ms": T0,
+            "before": None,
+            "after": {"id": 1},
+            "source": {"db": "db", "table": table, "ts_ms": T0},
+        }
+    )
 
 
 def _not_utf8(encoder: Encoder, table: str) -> bytes:
@@ -393,7 +471,9 @@ def land(
         lines.extend(encoder.write(table, change, before))
     single = [x for x in lines if x.role == "change" and x.change.op != UPDATE]
     redelivered = rng.sample(single, k=min(2, len(single)))
-    (null_key,) = [x for x in encoder.write(table, Change(INSERT, None, "no key", 1, 0), None) if x.role == "change"]
+    (null_key,) = [
+        x for x in encoder.write(table, Change(INSERT, None, "no key", 1, 0), None) if x.role == "change"
+    ]
     faults = [
         Line("/* not JSON */", "quarantined", "not JSON"),
         Line("[1, 2, 3]", "quarantined", "not a JSON object"),
@@ -445,8 +525,9 @@ def _raw(line: Line) -> bytes:
     return line.text if isinstance(line.text, bytes) else line.text.encode("utf-8")
 
 
-def _write_lines(path: Path, lines: list[Line], *, bom: bool = False, newline: str = "\n",
-                 last_unterminated: bool = False) -> None:
+def _write_lines(
+    path: Path, lines: list[Line], *, bom: bool = False, newline: str = "\n", last_unterminated: bool = False
+) -> None:
     body = newline.encode().join(_raw(x) for x in lines)
     if not last_unterminated and lines:
         body += newline.encode()

@@ -31,7 +31,9 @@ def quarantine_rows(output: Path) -> list[tuple]:
     return sorted(((Path(r["file"]).name, r["line"], r["reason"], r.get("record")) for r in rows), key=repr)
 
 
-def assert_accounted(metrics: dict, tables: dict, output: Path, fmt: str, expected: dict[str, Expected]) -> None:
+def assert_accounted(
+    metrics: dict, tables: dict, output: Path, fmt: str, expected: dict[str, Expected]
+) -> None:
     """Compare one run with the expectations of its histories (solving for the damaged files' yield)."""
     encoder = ENCODERS[fmt]
     expected = copy.deepcopy(expected)

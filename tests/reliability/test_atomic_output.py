@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import rows_of, write_jsonl
+from tests.replay.test_semantics import T0, dbz
+
 from airflow_cdc_provider.replay import output_lock
 from airflow_cdc_provider.replay.output import OutputLockedError, OutputTarget
 from airflow_cdc_provider.replay.output_lock import LockHolder, OutputBusyError
-from tests.conftest import rows_of, write_jsonl
-from tests.replay.test_semantics import T0, dbz
 
 CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 TABLES = [f"t{i:02d}" for i in range(10)]
@@ -57,20 +58,44 @@ def snapshot_state(spark, output: Path) -> tuple:
     )
 
 
-def test_second_run_is_refused_and_a_run_killed_while_writing_leaves_the_previous_snapshot(spark, replay, tmp_path):
+def test_second_run_is_refused_and_a_run_killed_while_writing_leaves_the_previous_snapshot(
+    spark, replay, tmp_path
+):
     landed = tmp_path / "in"
     for n, table in enumerate(TABLES):
-        write_jsonl(landed / f"{table}.json", [dbz("c", 1, T0, table=table, name="first"),
-                                               dbz("u", 1, T0 + 1000 + n, table=table, name="second")])
+        write_jsonl(
+            landed / f"{table}.json",
+            [
+                dbz("c", 1, T0, table=table, name="first"),
+                dbz("u", 1, T0 + 1000 + n, table=table, name="second"),
+            ],
+        )
     write_jsonl(landed / "bad.json", [f"not JSON, holding {SECRET}"])
     output = tmp_path / "snap"
     previous, _ = replay("debezium-json", landed, as_of=T0, key="id", output=output)
     seen_before = snapshot_state(spark, output)
 
     run = subprocess.Popen(
-        [str(CDC_REPLAY), "snapshot", "--format", "debezium-json", "--input", str(landed), "--as-of", str(T0 + 60_000),
-         "--output", str(output), "--key", "id", "--master", "local[1]"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        [
+            str(CDC_REPLAY),
+            "snapshot",
+            "--format",
+            "debezium-json",
+            "--input",
+            str(landed),
+            "--as-of",
+            str(T0 + 60_000),
+            "--output",
+            str(output),
+            "--key",
+            "id",
+            "--master",
+            "local[1]",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
         env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
     )
     try:
@@ -108,7 +133,9 @@ def test_second_run_is_refused_and_a_run_killed_while_writing_leaves_the_previou
     # The next run takes over the dead run's lock, removes its staging folder and wins whole.
     metrics, tables = replay("debezium-json", landed, as_of=T0 + 60_000, key="id", output=output)
     assert tables == {f"db.{t}": [{"id": 1, "name": "second"}] for t in TABLES}
-    assert metrics["events"]["applied"] == 2 * len(TABLES) and metrics["quarantine"]["reasons"] == {"not JSON": 1}
+    assert metrics["events"]["applied"] == 2 * len(TABLES) and metrics["quarantine"]["reasons"] == {
+        "not JSON": 1
+    }
     assert leftovers(tmp_path, "snap") == []
     assert previous["tables"].keys() == metrics["tables"].keys()
 
@@ -188,13 +215,22 @@ def test_stale_locks_are_taken_over_and_live_ones_are_not(spark, tmp_path):
         return "taken over"
 
     here, elsewhere = socket.gethostname(), "another-host.example"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     cases = [
-        (LockHolder("r1", here, int(dead.stdout), "2026-01-01T00:00:00+00:00"), 1.0, "taken over"),  # holder died
+        (
+            LockHolder("r1", here, int(dead.stdout), "2026-01-01T00:00:00+00:00"),
+            1.0,
+            "taken over",
+        ),  # holder died
         (LockHolder("r2", here, os.getpid(), "2026-01-01T00:00:00+00:00"), 1.0, "refused"),  # alive here
         (LockHolder("r3", elsewhere, 1, "2026-01-01T00:00:00+00:00"), 5.0, "refused"),  # heartbeat is recent
-        (LockHolder("r4", elsewhere, 1, "2026-01-01T00:00:00+00:00"),
-         output_lock.STALE_AFTER_SECONDS + 60, "taken over"),  # no heartbeat for too long
+        (
+            LockHolder("r4", elsewhere, 1, "2026-01-01T00:00:00+00:00"),
+            output_lock.STALE_AFTER_SECONDS + 60,
+            "taken over",
+        ),  # no heartbeat for too long
     ]
     for holder, age, result in cases:
         plant(holder, age)

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider import landing
-from airflow_cdc_provider.replay.engine import QuarantineError
 from tests.conftest import assert_events_add_up
 from tests.formats.test_canal import msg as canal_msg
 from tests.replay.test_semantics import T0, dbz
+
+from airflow_cdc_provider import landing
+from airflow_cdc_provider.replay.engine import QuarantineError
 
 
 def quarantined(output: Path) -> list[dict]:
@@ -64,10 +65,17 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     )
     big = [json.dumps(dbz("c", i, T0 + i, name=BIG)) for i in (10, 11, 12)]
     (landed / "big.json").write_bytes(
-        b"\xef\xbb\xbf" + big[0].encode() + b"\r\n" + latin1.replace(b'"id": 4', b'"id": 13') + b"\r\n"
-        + "\r\n".join(big[1:]).encode() + b"\r\n"
+        b"\xef\xbb\xbf"
+        + big[0].encode()
+        + b"\r\n"
+        + latin1.replace(b'"id": 4', b'"id": 13')
+        + b"\r\n"
+        + "\r\n".join(big[1:]).encode()
+        + b"\r\n"
     )
-    (landed / "bom.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(dbz("c", 2, T0, name="b")).encode() + b"\r\n")
+    (landed / "bom.json").write_bytes(
+        b"\xef\xbb\xbf" + json.dumps(dbz("c", 2, T0, name="b")).encode() + b"\r\n"
+    )
     (landed / "empty.json").write_bytes(b"")
     (landed / "empty.json.gz").write_bytes(gzip.compress(b""))
     (landed / "zero-bytes.json.gz").write_bytes(b"")
@@ -78,9 +86,17 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     output = tmp_path / "out"
     metrics, tables = replay("debezium-json", landed, key="id", output=output)
 
-    assert tables == {"db.shop": [{"id": i, "name": n} for i, n in [(1, "a"), (10, BIG), (11, BIG), (12, BIG), (2, "b")]]}
-    assert metrics["events"] == {"read": 15, "applied": 5, "after_as_of": 0, "ignored": 0, "duplicates": 0,
-                                 "quarantined": 10}
+    assert tables == {
+        "db.shop": [{"id": i, "name": n} for i, n in [(1, "a"), (10, BIG), (11, BIG), (12, BIG), (2, "b")]]
+    }
+    assert metrics["events"] == {
+        "read": 15,
+        "applied": 5,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 10,
+    }
     assert_events_add_up(metrics)
     assert metrics["tables"]["db.shop"]["events"]["quarantined"] == 4  # the records that name their table
     records = quarantined(output)
@@ -100,7 +116,8 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     # The quarantine is written like the snapshot, with the same permissions.
     assert file_modes(output / "_quarantine") <= file_modes(output / "db.shop")
     assert oct(os.stat(output / "_cdc_metrics.json").st_mode & 0o777) == oct(
-        next((output / "db.shop").glob("part-*")).stat().st_mode & 0o777)
+        next((output / "db.shop").glob("part-*")).stat().st_mode & 0o777
+    )
 
 
 def write_cut(path: Path, compress, lines: list[str], keep: float) -> None:
@@ -126,16 +143,25 @@ def test_compressed_files_cut_short_keep_what_spark_can_read(replay, tmp_path):
     rows = tables["db.shop"]
     assert [r["id"] for r in rows] == sorted(list(range(delivered)) + [6000], key=lambda i: json.dumps(i))
     assert all(r["name"] == json.loads(records[r["id"]])["after"]["name"] for r in rows if r["id"] < 3000)
-    assert metrics["events"] == {"read": delivered + 3, "applied": delivered + 1, "after_as_of": 0, "ignored": 0,
-                                 "duplicates": 0, "quarantined": 2}
-    assert where(quarantined(output)) == [("a.json.gz", delivered + 1, "truncated", None),
-                                          ("b.json.bz2", 1, "truncated", None)]
+    assert metrics["events"] == {
+        "read": delivered + 3,
+        "applied": delivered + 1,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 2,
+    }
+    assert where(quarantined(output)) == [
+        ("a.json.gz", delivered + 1, "truncated", None),
+        ("b.json.bz2", 1, "truncated", None),
+    ]
 
     with pytest.raises(QuarantineError) as err:
         replay("debezium-json", landed, key="id", on_error="fail", output=tmp_path / "failed")
     assert str(err.value) == (
         f"cannot decode file:{landed}/a.json.gz line {delivered + 1}: truncated "
-        "(--on-error fail; rerun with --on-error quarantine to set such records aside)")
+        "(--on-error fail; rerun with --on-error quarantine to set such records aside)"
+    )
     assert not (tmp_path / "failed").exists()
 
 
@@ -143,8 +169,9 @@ def test_a_50_mb_line_is_set_aside_without_exhausting_memory(replay, tmp_path):
     landed = tmp_path / "in"
     landed.mkdir()
     huge = json.dumps(dbz("c", 2, T0, name="x" * (50 * 1024 * 1024)))
-    (landed / "a.json").write_text("\n".join([json.dumps(dbz("c", 1, T0, name="a")), huge,
-                                              json.dumps(dbz("c", 3, T0, name="c"))]) + "\n")
+    (landed / "a.json").write_text(
+        "\n".join([json.dumps(dbz("c", 1, T0, name="a")), huge, json.dumps(dbz("c", 3, T0, name="c"))]) + "\n"
+    )
     output = tmp_path / "out"
     metrics, tables = replay("debezium-json", landed, key="id", output=output)
     assert tables == {"db.shop": [{"id": 1, "name": "a"}, {"id": 3, "name": "c"}]}
@@ -157,7 +184,9 @@ def test_csv_landings_report_cut_files_and_bytes_that_are_not_utf8(replay, tmp_p
     """DataHub TUPLE as CSV reads lines itself: the same two faults must not slip through there."""
     landed = tmp_path / "in"
     landed.mkdir()
-    header = "_sequence_id_,_operation_type_,_excute_time_,_source_table_,_before_image_,_after_image_,id,name"
+    header = (
+        "_sequence_id_,_operation_type_,_excute_time_,_source_table_,_before_image_,_after_image_,id,name"
+    )
     rows = [f"{100 + i},I,{T0 + i},db.t,N,Y,{i},row {i}" for i in range(2000)]
     write_cut(landed / "a.csv.gz", gzip.compress, [header, *rows], 0.5)
     intact = f"{header}\n{rows[0].replace(',0,', ',5000,')}\n".encode()
@@ -167,7 +196,15 @@ def test_csv_landings_report_cut_files_and_bytes_that_are_not_utf8(replay, tmp_p
     delivered = sum(int(r["id"]) < 2000 for r in tables["db.t"])  # CSV values are text
     assert 100 < delivered < 2000
     assert sorted(int(r["id"]) for r in tables["db.t"]) == [*range(delivered), 5000]
-    assert metrics["events"] == {"read": delivered + 3, "applied": delivered + 1, "after_as_of": 0, "ignored": 0,
-                                 "duplicates": 0, "quarantined": 2}
-    assert where(quarantined(output)) == [("a.csv.gz", delivered + 2, "truncated", None),
-                                          ("b.csv", 3, "not UTF-8", "9,I,1,db.t,N,Y,9001,caf\ufffd")]
+    assert metrics["events"] == {
+        "read": delivered + 3,
+        "applied": delivered + 1,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 2,
+    }
+    assert where(quarantined(output)) == [
+        ("a.csv.gz", delivered + 2, "truncated", None),
+        ("b.csv", 3, "not UTF-8", "9,I,1,db.t,N,Y,9001,caf\ufffd"),
+    ]

@@ -63,8 +63,12 @@ def test_reruns_agree_whatever_the_partitions_and_file_order_and_pick_up_late_fi
     # The same records under shuffled file names, one shuffle partition, one file per input split.
     shuffled = tmp_path / "shuffled"
     shuffled_copy(landing, shuffled, rng)
-    conf = {"spark.sql.shuffle.partitions": "1", "spark.sql.files.maxPartitionBytes": "1024",
-            "spark.sql.files.openCostInBytes": "1024", "spark.sql.adaptive.enabled": "false"}
+    conf = {
+        "spark.sql.shuffle.partitions": "1",
+        "spark.sql.files.maxPartitionBytes": "1024",
+        "spark.sql.files.openCostInBytes": "1024",
+        "spark.sql.adaptive.enabled": "false",
+    }
     with spark_conf(spark, **conf):
         second, second_rows = replay(FORMAT, shuffled, as_of_ms, key=list(encoder.key), output=output)
     assert second_rows == first_rows

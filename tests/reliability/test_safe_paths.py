@@ -15,14 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests import airflow_env  # noqa: F401 - must come before anything imports airflow
+from tests.conftest import write_jsonl
+from tests.replay.test_semantics import T0, dbz
+
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.hooks.cdc_replay import CdcJobArgumentError, CdcReplayHook, application_path
 from airflow_cdc_provider.replay.engine import QuarantineError
 from airflow_cdc_provider.replay.output import OutputError, OutputTarget
-from tests.conftest import write_jsonl
-from tests.replay.test_semantics import T0, dbz
 
-OVERLAP = "overlap (the output is, contains or lies inside the input); write the snapshot outside the landed files"
+OVERLAP = (
+    "overlap (the output is, contains or lies inside the input); write the snapshot outside the landed files"
+)
 
 
 @pytest.fixture
@@ -81,9 +84,9 @@ def test_nothing_the_job_did_not_write_is_replaced(replay, landed, tmp_path):
         messages[output.name] = str(refused.value)
     assert messages == {
         "theirs": f"output file:{theirs} exists and was not written by cdc-replay (no _cdc_metrics.json); "
-                  "refusing to replace it. Choose an empty or new folder.",
+        "refusing to replace it. Choose an empty or new folder.",
         "ours_plus": f"output file:{ours_plus} holds notes.txt, which the earlier cdc-replay run did not write; "
-                     "refusing to replace it (that would delete them). Move them away or choose another folder.",
+        "refusing to replace it (that would delete them). Move them away or choose another folder.",
         "a_file": f"output file:{a_file} exists and is a file; choose a folder",
     }
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
@@ -91,16 +94,20 @@ def test_nothing_the_job_did_not_write_is_replaced(replay, landed, tmp_path):
 
 def test_row_values_never_reach_errors_or_logs(replay, landed, tmp_path, caplog):
     secret = "4111-1111-1111-1111"
-    write_jsonl(landed / "b.json", [
-        {**dbz("c", 2, T0, name=secret), "op": "?"},  # unknown op, carrying the value
-        f'{{"op": "c", "after": {{"id": 3, "card": "{secret}"',  # not JSON
-    ])
+    write_jsonl(
+        landed / "b.json",
+        [
+            {**dbz("c", 2, T0, name=secret), "op": "?"},  # unknown op, carrying the value
+            f'{{"op": "c", "after": {{"id": 3, "card": "{secret}"',  # not JSON
+        ],
+    )
     caplog.set_level(logging.DEBUG)
     with pytest.raises(QuarantineError) as failed:
         replay("debezium-json", landed, key="id", on_error="fail")
     assert str(failed.value) == (
         f"cannot decode file:{landed}/b.json line 1: unknown op "
-        "(--on-error fail; rerun with --on-error quarantine to set such records aside)")
+        "(--on-error fail; rerun with --on-error quarantine to set such records aside)"
+    )
     assert secret not in caplog.text
     metrics, _ = replay("debezium-json", landed, key="id", output=tmp_path / "out")
     assert metrics["quarantine"]["reasons"] == {"not JSON": 1, "unknown op": 1}
@@ -131,14 +138,20 @@ def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(
     argv_file = tmp_path / "argv.json"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CDC_TEST_ARGV_FILE", str(argv_file))
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_RECORDER", json.dumps(
-        {"conn_type": "spark", "host": "local[1]", "extra": {"spark-binary": "spark3-submit"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_RECORDER",
+        json.dumps({"conn_type": "spark", "host": "local[1]", "extra": {"spark-binary": "spark3-submit"}}),
+    )
     monkeypatch.chdir(tmp_path)
 
     hostile = ["/lake/in dir/$(touch pwned)", "/lake/b;touch pwned", "/lake/c --master yarn", "`touch pwned`"]
     request = SnapshotArgs.build(
-        source_format="debezium-json", input_paths=hostile, output_path=str(tmp_path / "out dir; touch pwned"),
-        as_of="2024-09-02T00:00:00Z", key_columns=["id"], tables="db.t --conf spark.x=y",
+        source_format="debezium-json",
+        input_paths=hostile,
+        output_path=str(tmp_path / "out dir; touch pwned"),
+        as_of="2024-09-02T00:00:00Z",
+        key_columns=["id"],
+        tables="db.t --conf spark.x=y",
     )
     hook = CdcReplayHook(conn_id="spark_recorder", spark_conf={"spark.app.tag": "a b; --master yarn"})
     assert hook.run_snapshot(request) == {"rows": 0}
@@ -146,10 +159,12 @@ def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(
     argv = json.loads(argv_file.read_text())
     app = argv.index(application_path())
     error_file = argv[argv.index("--error-file") + 1]
-    assert argv[app + 1:] == replace(request, error_file=error_file).to_argv()
+    assert argv[app + 1 :] == replace(request, error_file=error_file).to_argv()
     assert argv[:app].count("--master") == 1 and argv[argv.index("--master") + 1] == "local[1]"
     assert "spark.app.tag=a b; --master yarn" in argv[:app]
-    assert [a for a in argv if a.startswith("--conf") or a == "--conf"].count("--conf") == argv[:app].count("--conf")
+    assert [a for a in argv if a.startswith("--conf") or a == "--conf"].count("--conf") == argv[:app].count(
+        "--conf"
+    )
     assert not (tmp_path / "pwned").exists()
 
     for value in ("--conf spark.driver.extraJavaOptions=-Dx", "/ok\n--master yarn"):

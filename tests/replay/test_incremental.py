@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
 from tests.conftest import assert_events_add_up, rows_of
 from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, _before_images
+
+from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
 
 AS_OF_1 = T0 + 30_500  # end of "day one": changes 1..30
 AS_OF_2 = T0 + 60_500  # changes 31..60 come after it; 61..66 are after both
@@ -28,12 +29,26 @@ def history(rng: random.Random, encoder: Encoder, changes: int = 66, keys: int =
     for position in range(1, changes + 1):
         op = rng.choice((INSERT, UPDATE, UPDATE, UPDATE, DELETE))
         partial = encoder.partial_images and op == UPDATE and rng.random() < 0.6
-        out.append(Change(op, rng.randint(1, keys), rng.choice(("ann", "bob", "cy", None)), rng.randint(0, 99), position, partial))
+        out.append(
+            Change(
+                op,
+                rng.randint(1, keys),
+                rng.choice(("ann", "bob", "cy", None)),
+                rng.randint(0, 99),
+                position,
+                partial,
+            )
+        )
     return out
 
 
-def land_days(encoder: Encoder, root: Path, changes: list[Change], late: set[int] = frozenset(),
-              others: dict[str, list[Change]] | None = None) -> Path:
+def land_days(
+    encoder: Encoder,
+    root: Path,
+    changes: list[Change],
+    late: set[int] = frozenset(),
+    others: dict[str, list[Change]] | None = None,
+) -> Path:
     """Day one holds changes up to AS_OF_1 (and the format's preamble), day two the rest.
 
     ``late``: positions at or before AS_OF_1 that land on day two instead (late arrivals).
@@ -44,7 +59,9 @@ def land_days(encoder: Encoder, root: Path, changes: list[Change], late: set[int
         days["day1"].extend(line.text for line in encoder.preamble(table))
         for change, before in zip(table_changes, _before_images(table_changes)):
             day = "day1" if change.ms <= AS_OF_1 and change.position not in late else "day2"
-            days[day].extend(line.text for line in encoder.write(table, change, before) if line.role != "blank")
+            days[day].extend(
+                line.text for line in encoder.write(table, change, before) if line.role != "blank"
+            )
     return write_days(root, days)
 
 
@@ -59,11 +76,19 @@ def write_days(root: Path, days: dict[str, list[str]]) -> Path:
 
 def snapshot(spark, fmt: str, landing: Path, output: Path, as_of: int, **options) -> tuple[dict, dict]:
     spec = SnapshotSpec.from_args(
-        source_format=fmt, inputs=[str(landing)], as_of=as_of, output=str(output), key=list(ENCODERS[fmt].key), **options
+        source_format=fmt,
+        inputs=[str(landing)],
+        as_of=as_of,
+        output=str(output),
+        key=list(ENCODERS[fmt].key),
+        **options,
     )
     metrics = run_snapshot(spark, spec)
     tables = {
-        name: ([(f.name, f.dataType.simpleString()) for f in spark.read.parquet(info["path"]).schema], rows_of(spark, info["path"]))
+        name: (
+            [(f.name, f.dataType.simpleString()) for f in spark.read.parquet(info["path"]).schema],
+            rows_of(spark, info["path"]),
+        )
         for name, info in metrics["tables"].items()
     }
     return metrics, tables
@@ -76,13 +101,18 @@ def test_incremental_rebuild_equals_the_full_rebuild(fmt, spark, tmp_path):
     landing = land_days(encoder, tmp_path, changes)
 
     base, base_tables = snapshot(spark, fmt, landing, tmp_path / "day1", AS_OF_1, keep_state=True)
-    incremental, tables = snapshot(spark, fmt, landing, tmp_path / "day2", AS_OF_2, base=str(tmp_path / "day1"))
+    incremental, tables = snapshot(
+        spark, fmt, landing, tmp_path / "day2", AS_OF_2, base=str(tmp_path / "day1")
+    )
     full, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2)
 
     assert base["mode"] == "full" and (tmp_path / "day1" / "_cdc_state" / "state.json").exists()
     assert incremental["mode"] == "incremental", incremental["incremental"]["reason"]
     assert incremental["incremental"] == {
-        "base": str(tmp_path / "day1"), "base_as_of": "2024-09-02T10:00:30.500+00:00", "applied": True, "reason": None,
+        "base": str(tmp_path / "day1"),
+        "base_as_of": "2024-09-02T10:00:30.500+00:00",
+        "applied": True,
+        "reason": None,
         "late_events": 0,
     }
     assert tables == full_tables
@@ -92,7 +122,9 @@ def test_incremental_rebuild_equals_the_full_rebuild(fmt, spark, tmp_path):
     assert incremental["files"]["skipped_because"] == {"already applied by the base": 1}
     assert incremental["files"]["read"] == 1
     # (DataHub TUPLE lands an update as two records; the first is ignored as a before image.)
-    assert incremental["events"]["read"] - incremental["events"]["ignored"] == sum(1 for c in changes if c.ms > AS_OF_1)
+    assert incremental["events"]["read"] - incremental["events"]["ignored"] == sum(
+        1 for c in changes if c.ms > AS_OF_1
+    )
     assert incremental["events"]["after_as_of"] == sum(1 for c in changes if c.ms > AS_OF_2)
     assert_events_add_up(incremental)
     (table,) = full["tables"]
@@ -104,16 +136,22 @@ def test_a_chain_of_daily_runs_with_metadata_equals_the_full_rebuild(spark, tmp_
     changes = history(random.Random("chain"), ENCODERS[fmt])
     landing = land_days(ENCODERS[fmt], tmp_path, changes)
     snapshot(spark, fmt, landing, tmp_path / "d1", AS_OF_1, keep_state=True, with_metadata=True)
-    middle, _ = snapshot(spark, fmt, landing, tmp_path / "d2", T0 + 45_500, base=str(tmp_path / "d1"), with_metadata=True)
-    last, tables = snapshot(spark, fmt, landing, tmp_path / "d3", AS_OF_2, base=str(tmp_path / "d2"), with_metadata=True)
+    middle, _ = snapshot(
+        spark, fmt, landing, tmp_path / "d2", T0 + 45_500, base=str(tmp_path / "d1"), with_metadata=True
+    )
+    last, tables = snapshot(
+        spark, fmt, landing, tmp_path / "d3", AS_OF_2, base=str(tmp_path / "d2"), with_metadata=True
+    )
     _, full_tables = snapshot(spark, fmt, landing, tmp_path / "full", AS_OF_2, with_metadata=True)
 
     assert (middle["mode"], last["mode"]) == ("incremental", "incremental")
     # Day two's file is read by both later runs: it also held events after the middle run's AS OF.
-    assert last["files"]["read"] == 1 and last["events"]["ignored"] == sum(1 for c in changes if AS_OF_1 < c.ms <= T0 + 45_500)
+    assert last["files"]["read"] == 1 and last["events"]["ignored"] == sum(
+        1 for c in changes if AS_OF_1 < c.ms <= T0 + 45_500
+    )
     assert last["ignored"] == {"applied by the base snapshot": last["events"]["ignored"]}
     assert tables == full_tables
-    (columns, rows), = tables.values()
+    ((columns, rows),) = tables.values()
     assert [c for c, _ in columns][-3:] == ["_cdc_op", "_cdc_event_ts", "_cdc_position"]
 
 
@@ -121,7 +159,12 @@ def late_change(changes: list[Change], *, partial: bool, older_than_base_row: bo
     """An update of day one whose key has (or has not) a later change on day one."""
     for c in changes:
         later_same_day = any(o.key == c.key and c.position < o.position and o.ms <= AS_OF_1 for o in changes)
-        if c.op == UPDATE and c.ms <= AS_OF_1 and c.partial == partial and later_same_day == older_than_base_row:
+        if (
+            c.op == UPDATE
+            and c.ms <= AS_OF_1
+            and c.partial == partial
+            and later_same_day == older_than_base_row
+        ):
             return c
     raise AssertionError("the history has no such change")
 
@@ -140,7 +183,9 @@ def test_late_and_reordered_events_are_folded_where_a_full_rebuild_puts_them(spa
     changes = history(random.Random(f"late {fmt}"), ENCODERS[fmt])
     # Two updates of day one land on day two: one older than the base's row of its key (superseded
     # by it), one newer (applied on top of it).
-    late = {late_change(changes, partial=False, older_than_base_row=older).position for older in (True, False)}
+    late = {
+        late_change(changes, partial=False, older_than_base_row=older).position for older in (True, False)
+    }
     landing = land_days(ENCODERS[fmt], tmp_path, changes, late=late)
     # And a day-two change stamped after the base's AS OF at a binlog position older than day one's last (30).
     day2 = landing / "day2" / "part-0.json"
@@ -184,10 +229,17 @@ def test_a_late_partial_image_older_than_the_base_row_forces_a_full_rebuild(spar
     metrics, tables, full_tables, landing = late_partial_update(spark, tmp_path, older_than_base_row=True)
 
     assert (metrics["mode"], metrics["incremental"]["applied"], metrics["incremental"]["reason"]) == (
-        "full", False, "1 key(s) have a partial image older than the base's row of the key (late or out of order)"
+        "full",
+        False,
+        "1 key(s) have a partial image older than the base's row of the key (late or out of order)",
     )
-    assert metrics["files"] == {"read": 2, "bytes": sum(p.stat().st_size for p in landing.rglob("*.json")), "skipped": 0,
-                                "bytes_skipped": 0, "skipped_because": {}}
+    assert metrics["files"] == {
+        "read": 2,
+        "bytes": sum(p.stat().st_size for p in landing.rglob("*.json")),
+        "skipped": 0,
+        "bytes_skipped": 0,
+        "skipped_because": {},
+    }
     assert tables == full_tables
 
 
@@ -195,8 +247,20 @@ def test_a_late_truncate_forces_a_full_rebuild(spark, tmp_path):
     fmt = "debezium-json"
     landing = land_days(ENCODERS[fmt], tmp_path, history(random.Random("late truncate"), ENCODERS[fmt]))
     day2 = landing / "day2" / "part-0.json"
-    truncate = {"op": "t", "ts_ms": AS_OF_1 - 1_000, "before": None, "after": None,
-                "source": {"db": "db", "table": "t", "ts_ms": AS_OF_1 - 1_000, "file": "mysql-bin.000003", "pos": 29, "row": 1}}
+    truncate = {
+        "op": "t",
+        "ts_ms": AS_OF_1 - 1_000,
+        "before": None,
+        "after": None,
+        "source": {
+            "db": "db",
+            "table": "t",
+            "ts_ms": AS_OF_1 - 1_000,
+            "file": "mysql-bin.000003",
+            "pos": 29,
+            "row": 1,
+        },
+    }
     with day2.open("a", encoding="utf-8") as out:
         out.write(json.dumps(truncate) + "\n")
     base_without_day_two(spark, fmt, landing, tmp_path / "base")
@@ -206,7 +270,8 @@ def test_a_late_truncate_forces_a_full_rebuild(spark, tmp_path):
 
     line = len(day2.read_text(encoding="utf-8").splitlines())
     assert (metrics["mode"], metrics["incremental"]["reason"]) == (
-        "full", f"1 DDL or truncate event(s) the base's rows cannot replay (first: truncate in {day2.as_uri().replace('file:///', 'file:/')} line {line})"
+        "full",
+        f"1 DDL or truncate event(s) the base's rows cannot replay (first: truncate in {day2.as_uri().replace('file:///', 'file:/')} line {line})",
     )
     assert metrics["tables"]["db.t"]["truncates"] == 1
     assert tables == full_tables
@@ -220,13 +285,24 @@ def test_a_base_that_cannot_be_used_is_named_in_the_metrics(spark, tmp_path):
 
     reasons = {
         "no state": snapshot(spark, fmt, landing, tmp_path / "a", AS_OF_2, base=str(tmp_path / "plain"))[0],
-        "missing": snapshot(spark, fmt, landing, tmp_path / "b", AS_OF_2, base=str(tmp_path / "nothing-here"))[0],
+        "missing": snapshot(
+            spark, fmt, landing, tmp_path / "b", AS_OF_2, base=str(tmp_path / "nothing-here")
+        )[0],
         "earlier": snapshot(spark, fmt, landing, tmp_path / "c", T0 + 10_000, base=str(tmp_path / "kept"))[0],
     }
     assert {k: (m["mode"], m["incremental"]["reason"]) for k, m in reasons.items()} == {
-        "no state": ("full", f"the base {tmp_path / 'plain'} has no _cdc_state/state.json (missing, or written without --keep-state)"),
-        "missing": ("full", f"the base {tmp_path / 'nothing-here'} has no _cdc_state/state.json (missing, or written without --keep-state)"),
-        "earlier": ("full", "AS OF 2024-09-02T10:00:10+00:00 is before the base's 2024-09-02T10:00:30.500+00:00"),
+        "no state": (
+            "full",
+            f"the base {tmp_path / 'plain'} has no _cdc_state/state.json (missing, or written without --keep-state)",
+        ),
+        "missing": (
+            "full",
+            f"the base {tmp_path / 'nothing-here'} has no _cdc_state/state.json (missing, or written without --keep-state)",
+        ),
+        "earlier": (
+            "full",
+            "AS OF 2024-09-02T10:00:10+00:00 is before the base's 2024-09-02T10:00:30.500+00:00",
+        ),
     }
     # Written with --base, each of them keeps its own state for the next run.
     assert all((tmp_path / name / "_cdc_state" / "state.json").exists() for name in "abc")
@@ -235,7 +311,9 @@ def test_a_base_that_cannot_be_used_is_named_in_the_metrics(spark, tmp_path):
 def state_rows_of(spark, output: Path) -> list[dict]:
     """``_cdc_state/rows`` as comparable dicts (images as JSON text)."""
     rows = spark.read.parquet(str(output / "_cdc_state" / "rows")).withColumn("image", F.to_json("image"))
-    return sorted((r.asDict(recursive=True) for r in rows.collect()), key=lambda r: json.dumps(r, sort_keys=True))
+    return sorted(
+        (r.asDict(recursive=True) for r in rows.collect()), key=lambda r: json.dumps(r, sort_keys=True)
+    )
 
 
 @pytest.mark.parametrize("fmt", ["debezium-json", "shareplex-json"])
@@ -243,23 +321,33 @@ def test_base_rows_no_new_event_touches_are_carried_over_unchanged(fmt, spark, t
     encoder = ENCODERS[fmt]
     rng = random.Random(f"carried {fmt}")
     # Day two changes only keys 1-3 of t, and nothing of u: every other base row is carried over.
-    t = [c if c.ms <= AS_OF_1 else Change(c.op, c.key % 3 + 1, c.name, c.qty, c.position, c.partial)
-         for c in history(rng, encoder)]
+    t = [
+        c if c.ms <= AS_OF_1 else Change(c.op, c.key % 3 + 1, c.name, c.qty, c.position, c.partial)
+        for c in history(rng, encoder)
+    ]
     u = [c for c in history(rng, encoder) if c.ms <= AS_OF_1]
     landing = land_days(encoder, tmp_path, t, others={"u": u})
     end = T0 + 70_000
 
     snapshot(spark, fmt, landing, tmp_path / "d1", AS_OF_1, keep_state=True, with_metadata=True)
-    d2, d2_tables = snapshot(spark, fmt, landing, tmp_path / "d2", AS_OF_2, base=str(tmp_path / "d1"), with_metadata=True)
-    full2, full2_tables = snapshot(spark, fmt, landing, tmp_path / "full2", AS_OF_2, keep_state=True, with_metadata=True)
-    d3, d3_tables = snapshot(spark, fmt, landing, tmp_path / "d3", end, base=str(tmp_path / "d2"), with_metadata=True)
+    d2, d2_tables = snapshot(
+        spark, fmt, landing, tmp_path / "d2", AS_OF_2, base=str(tmp_path / "d1"), with_metadata=True
+    )
+    full2, full2_tables = snapshot(
+        spark, fmt, landing, tmp_path / "full2", AS_OF_2, keep_state=True, with_metadata=True
+    )
+    d3, d3_tables = snapshot(
+        spark, fmt, landing, tmp_path / "d3", end, base=str(tmp_path / "d2"), with_metadata=True
+    )
     _, full3_tables = snapshot(spark, fmt, landing, tmp_path / "full3", end, with_metadata=True)
 
     assert (d2["mode"], d3["mode"]) == ("incremental", "incremental")
     assert d2_tables == full2_tables and d3_tables == full3_tables
     table_u = encoder.table("u")
     assert d2["tables"][table_u]["events"]["read"] == 0
-    assert {name: info["rows"] for name, info in d2["tables"].items()} == {name: info["rows"] for name, info in full2["tables"].items()}
+    assert {name: info["rows"] for name, info in d2["tables"].items()} == {
+        name: info["rows"] for name, info in full2["tables"].items()
+    }
     assert full2["tables"][table_u]["rows"] > 0
     # What the next run starts from is the same too: the carried rows keep their last event.
     assert state_rows_of(spark, tmp_path / "d2") == state_rows_of(spark, tmp_path / "full2")
@@ -268,12 +356,26 @@ def test_base_rows_no_new_event_touches_are_carried_over_unchanged(fmt, spark, t
 
 def test_a_truncate_after_the_base_empties_rows_no_later_event_touches(spark, tmp_path):
     fmt = "debezium-json"
-    changes = [c if c.ms <= AS_OF_1 else Change(c.op, c.key % 2 + 1, c.name, c.qty, c.position)
-               for c in history(random.Random("truncate after base"), ENCODERS[fmt])]
+    changes = [
+        c if c.ms <= AS_OF_1 else Change(c.op, c.key % 2 + 1, c.name, c.qty, c.position)
+        for c in history(random.Random("truncate after base"), ENCODERS[fmt])
+    ]
     landing = land_days(ENCODERS[fmt], tmp_path, changes)
     day2 = landing / "day2" / "part-0.json"
-    truncate = {"op": "t", "ts_ms": AS_OF_1 + 100, "before": None, "after": None,
-                "source": {"db": "db", "table": "t", "ts_ms": AS_OF_1 + 100, "file": "mysql-bin.000003", "pos": 30, "row": 1}}
+    truncate = {
+        "op": "t",
+        "ts_ms": AS_OF_1 + 100,
+        "before": None,
+        "after": None,
+        "source": {
+            "db": "db",
+            "table": "t",
+            "ts_ms": AS_OF_1 + 100,
+            "file": "mysql-bin.000003",
+            "pos": 30,
+            "row": 1,
+        },
+    }
     day2.write_text(json.dumps(truncate) + "\n" + day2.read_text(encoding="utf-8"), encoding="utf-8")
     snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
 
@@ -293,7 +395,10 @@ def test_a_column_dropped_after_the_base_leaves_rows_no_later_event_touches(spar
 
     fmt = "canal-json"
     types = {"id": "int(11)", "note": "varchar(20)"}
-    day1 = [msg("INSERT", [{"id": str(k), "note": f"n{k}"}], mysql=types, es=T0 + k * 1000, id_=k) for k in (1, 2, 3)]
+    day1 = [
+        msg("INSERT", [{"id": str(k), "note": f"n{k}"}], mysql=types, es=T0 + k * 1000, id_=k)
+        for k in (1, 2, 3)
+    ]
     day2 = [
         _ddl("ALTER TABLE t DROP note", es=AS_OF_1 + 1000, id_=31),
         msg("INSERT", [{"id": "4"}], mysql={"id": "int(11)"}, es=AS_OF_1 + 2000, id_=32),
@@ -315,8 +420,20 @@ def test_a_key_change_after_the_base_moves_a_row_no_other_event_touches(spark, t
     fmt = "debezium-json"
     day1 = [Change(INSERT, k, f"n{k}", k, k) for k in range(1, 6)]
     landing = land_days(ENCODERS[fmt], tmp_path, day1)
-    moved = {"op": "u", "ts_ms": AS_OF_1 + 2_000, "before": {"id": 5, "name": "n5", "qty": 5}, "after": {"id": 50, "name": "n5", "qty": 6},
-             "source": {"db": "db", "table": "t", "ts_ms": AS_OF_1 + 2_000, "file": "mysql-bin.000003", "pos": 40, "row": 0}}
+    moved = {
+        "op": "u",
+        "ts_ms": AS_OF_1 + 2_000,
+        "before": {"id": 5, "name": "n5", "qty": 5},
+        "after": {"id": 50, "name": "n5", "qty": 6},
+        "source": {
+            "db": "db",
+            "table": "t",
+            "ts_ms": AS_OF_1 + 2_000,
+            "file": "mysql-bin.000003",
+            "pos": 40,
+            "row": 0,
+        },
+    }
     (landing / "day2" / "part-0.json").write_text(json.dumps(moved) + "\n", encoding="utf-8")
     snapshot(spark, fmt, landing, tmp_path / "base", AS_OF_1, keep_state=True)
 
@@ -325,5 +442,7 @@ def test_a_key_change_after_the_base_moves_a_row_no_other_event_touches(spark, t
 
     assert metrics["mode"] == "incremental"
     assert tables == full_tables
-    assert tables["db.t"][1] == [{"id": k, "name": f"n{k}", "qty": k} for k in range(1, 5)] + [{"id": 50, "name": "n5", "qty": 6}]
+    assert tables["db.t"][1] == [{"id": k, "name": f"n{k}", "qty": k} for k in range(1, 5)] + [
+        {"id": 50, "name": "n5", "qty": 6}
+    ]
     assert (metrics["tables"]["db.t"]["updates"], metrics["rows"]) == (1, 5)

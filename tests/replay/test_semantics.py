@@ -34,27 +34,38 @@ def test_order_is_by_position_never_by_file_names(replay, tmp_path):
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "third"}]}
     t = metrics["tables"]["db.shop"]
-    assert (t["inserts"], t["updates"], t["updates_of_unknown_key"], t["last_event_ms"]) == (1, 2, 0, T0 + 3000)
+    assert (t["inserts"], t["updates"], t["updates_of_unknown_key"], t["last_event_ms"]) == (
+        1,
+        2,
+        0,
+        T0 + 3000,
+    )
 
 
 def test_log_position_wins_over_event_time(replay, tmp_path):
-    write_jsonl(tmp_path / "in" / "a.json", [
-        dbz("c", 1, T0, pos=100, name="at 100"),
-        dbz("u", 1, T0 - 50, pos=300, name="at 300, clock behind"),
-        dbz("u", 1, T0 + 50, pos=200, name="at 200"),
-    ])
+    write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, pos=100, name="at 100"),
+            dbz("u", 1, T0 - 50, pos=300, name="at 300, clock behind"),
+            dbz("u", 1, T0 + 50, pos=200, name="at 200"),
+        ],
+    )
     _, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "at 300, clock behind"}]}
 
 
 def test_equal_timestamps_are_broken_by_position_in_the_file(replay, tmp_path):
-    write_jsonl(tmp_path / "in" / "a.json", [
-        dbz("c", 1, T0, name="one"),
-        dbz("u", 1, T0, name="two"),
-        dbz("u", 1, T0, name="three"),
-        dbz("c", 2, T0, name="x"),
-        dbz("d", 2, T0, name="x"),
-    ])
+    write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, name="one"),
+            dbz("u", 1, T0, name="two"),
+            dbz("u", 1, T0, name="three"),
+            dbz("c", 2, T0, name="x"),
+            dbz("d", 2, T0, name="x"),
+        ],
+    )
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "three"}]}
     assert metrics["tables"]["db.shop"]["deletes"] == 1
@@ -67,17 +78,27 @@ def test_exact_duplicates_apply_once_and_are_counted(replay, tmp_path):
     write_jsonl(tmp_path / "in" / "part-1.json", [insert, update])  # at-least-once redelivery
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "b"}]}
-    assert metrics["events"] == {"read": 4, "applied": 2, "after_as_of": 0, "ignored": 0, "duplicates": 2, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 4,
+        "applied": 2,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 2,
+        "quarantined": 0,
+    }
     t = metrics["tables"]["db.shop"]
     assert (t["inserts"], t["updates"]) == (1, 1)
 
 
 def test_key_changing_update_moves_the_row(replay, tmp_path):
-    write_jsonl(tmp_path / "in" / "a.json", [
-        dbz("c", 1, T0, name="a"),
-        dbz("c", 5, T0, name="other"),
-        dbz("u", 2, T0 + 1, before={"id": 1, "name": "a"}, name="a moved"),
-    ])
+    write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, name="a"),
+            dbz("c", 5, T0, name="other"),
+            dbz("u", 2, T0 + 1, before={"id": 1, "name": "a"}, name="a moved"),
+        ],
+    )
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 2, "name": "a moved"}, {"id": 5, "name": "other"}]}
     t = metrics["tables"]["db.shop"]
@@ -95,15 +116,25 @@ def test_delete_of_an_unknown_key_changes_nothing_and_is_counted(replay, tmp_pat
 
 
 def test_events_after_as_of_are_counted_not_applied(replay, tmp_path):
-    write_jsonl(tmp_path / "in" / "a.json", [
-        dbz("c", 1, T0, name="before"),
-        dbz("u", 1, T0 + 60_000, name="after"),
-        dbz("c", 2, T0 + 60_000, name="later row"),
-    ])
+    write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, name="before"),
+            dbz("u", 1, T0 + 60_000, name="after"),
+            dbz("c", 2, T0 + 60_000, name="later row"),
+        ],
+    )
     as_of = "2023-11-14T22:13:50+00:00"  # T0 + 30 s
     metrics, tables = replay("debezium-json", tmp_path / "in", as_of=as_of, key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "before"}]}
-    assert metrics["events"] == {"read": 3, "applied": 1, "after_as_of": 2, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    assert metrics["events"] == {
+        "read": 3,
+        "applied": 1,
+        "after_as_of": 2,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
     assert (metrics["as_of"], metrics["as_of_ms"]) == ("2023-11-14T22:13:50+00:00", T0 + 30_000)
 
 
@@ -117,11 +148,22 @@ def test_as_of_equal_to_the_event_time_includes_it(replay, tmp_path):
 
 
 def test_truncate_empties_the_table_from_that_point(replay, tmp_path):
-    truncate = {"op": "t", "ts_ms": T0 + 2005, "before": None, "after": None,
-                "source": {"db": "db", "table": "shop", "ts_ms": T0 + 2000}}
-    write_jsonl(tmp_path / "in" / "a.json", [
-        dbz("c", 1, T0, name="a"), dbz("c", 2, T0 + 1000, name="b"), truncate, dbz("c", 3, T0 + 3000, name="c"),
-    ])
+    truncate = {
+        "op": "t",
+        "ts_ms": T0 + 2005,
+        "before": None,
+        "after": None,
+        "source": {"db": "db", "table": "shop", "ts_ms": T0 + 2000},
+    }
+    write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, name="a"),
+            dbz("c", 2, T0 + 1000, name="b"),
+            truncate,
+            dbz("c", 3, T0 + 3000, name="c"),
+        ],
+    )
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 3, "name": "c"}]}
     assert metrics["tables"]["db.shop"]["truncates"] == 1
@@ -130,7 +172,9 @@ def test_truncate_empties_the_table_from_that_point(replay, tmp_path):
 
 
 def test_tables_are_kept_apart_and_can_be_selected(replay, tmp_path):
-    write_jsonl(tmp_path / "in" / "a.json", [dbz("c", 1, T0, name="s"), dbz("c", 1, T0, table="users", name="u")])
+    write_jsonl(
+        tmp_path / "in" / "a.json", [dbz("c", 1, T0, name="s"), dbz("c", 1, T0, table="users", name="u")]
+    )
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "s"}], "db.users": [{"id": 1, "name": "u"}]}
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id", tables=["users"])
@@ -140,7 +184,9 @@ def test_tables_are_kept_apart_and_can_be_selected(replay, tmp_path):
 
 
 def test_with_metadata_columns(replay, tmp_path):
-    write_jsonl(tmp_path / "in" / "a.json", [dbz("c", 1, T0, pos=7, name="a"), dbz("u", 1, T0 + 1, pos=8, name="b")])
+    write_jsonl(
+        tmp_path / "in" / "a.json", [dbz("c", 1, T0, pos=7, name="a"), dbz("u", 1, T0 + 1, pos=8, name="b")]
+    )
     _, tables = replay("debezium-json", tmp_path / "in", key="id", with_metadata=True)
     (row,) = tables["db.shop"]
     assert (row["_cdc_op"], row["_cdc_position"]) == ("update", "1:8:0")
@@ -148,29 +194,54 @@ def test_with_metadata_columns(replay, tmp_path):
 
 
 def test_bad_lines_are_quarantined_never_fatal(replay, tmp_path):
-    path = write_jsonl(tmp_path / "in" / "a.json", [
-        "/* licence header */",
-        dbz("c", 1, T0, name="a"),
-        "",  # Kafka tombstone (null value)
-        "null",
-        "   ",  # blank: not a record
-        "[1, 2]",
-        '{"op": "u", "after": "not an object", "source": {"db": "db", "table": "shop", "ts_ms": 1}}',
-        '{"op": "x", "after": {"id": 1}, "source": {"db": "db", "table": "shop", "ts_ms": 1}}',
-        '{"after": {"id": 1}, "source": {"db": "db", "table": "shop", "ts_ms": 1}}',
-    ])
+    path = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            "/* licence header */",
+            dbz("c", 1, T0, name="a"),
+            "",  # Kafka tombstone (null value)
+            "null",
+            "   ",  # blank: not a record
+            "[1, 2]",
+            '{"op": "u", "after": "not an object", "source": {"db": "db", "table": "shop", "ts_ms": 1}}',
+            '{"op": "x", "after": {"id": 1}, "source": {"db": "db", "table": "shop", "ts_ms": 1}}',
+            '{"after": {"id": 1}, "source": {"db": "db", "table": "shop", "ts_ms": 1}}',
+        ],
+    )
     with open(path, "a") as f:
         f.write('{"op": "c", "after": {"id": 2')  # truncated last line (no newline)
     metrics, tables = replay("debezium-json", tmp_path / "in", key="id")
     assert tables == {"db.shop": [{"id": 1, "name": "a"}]}
     assert metrics["ignored"] == {"tombstone": 2}
     assert metrics["quarantine"]["reasons"] == {
-        "missing op": 1, "not JSON": 1, "not a JSON object": 1, "row image not an object": 1, "truncated": 1, "unknown op": 1}
-    assert metrics["events"] == {"read": 9, "applied": 1, "after_as_of": 0, "ignored": 2, "duplicates": 0, "quarantined": 6}
-    rows = [json.loads(l) for p in (tmp_path / "out1" / "_quarantine").glob("part-*") for l in p.read_text().splitlines()]
+        "missing op": 1,
+        "not JSON": 1,
+        "not a JSON object": 1,
+        "row image not an object": 1,
+        "truncated": 1,
+        "unknown op": 1,
+    }
+    assert metrics["events"] == {
+        "read": 9,
+        "applied": 1,
+        "after_as_of": 0,
+        "ignored": 2,
+        "duplicates": 0,
+        "quarantined": 6,
+    }
+    rows = [
+        json.loads(line)
+        for p in (tmp_path / "out1" / "_quarantine").glob("part-*")
+        for line in p.read_text().splitlines()
+    ]
     assert [(r["line"], r["reason"]) for r in rows] == [
-        (1, "not JSON"), (6, "not a JSON object"), (7, "row image not an object"), (8, "unknown op"),
-        (9, "missing op"), (10, "truncated")]
+        (1, "not JSON"),
+        (6, "not a JSON object"),
+        (7, "row image not an object"),
+        (8, "unknown op"),
+        (9, "missing op"),
+        (10, "truncated"),
+    ]
     assert rows[0]["record"] == "/* licence header */"
 
 
@@ -182,7 +253,8 @@ def test_on_error_fail_names_file_line_and_reason(replay, tmp_path):
         replay("debezium-json", tmp_path / "in", key="id", on_error="fail")
     assert str(err.value) == (
         f"cannot decode file:{tmp_path}/in/a.json line 2: not JSON "
-        "(--on-error fail; rerun with --on-error quarantine to set such records aside)")
+        "(--on-error fail; rerun with --on-error quarantine to set such records aside)"
+    )
     assert not (tmp_path / "out1").exists()
 
 
@@ -209,7 +281,17 @@ def test_gzip_landing_and_per_table_keys(replay, tmp_path):
     (tmp_path / "in").mkdir()
     with gzip.open(tmp_path / "in" / "a.json.gz", "wt") as f:
         f.write(json.dumps(dbz("c", 1, T0, table="orders", name="a")) + "\n")
-        f.write(json.dumps({"op": "c", "ts_ms": T0, "before": None, "after": {"sku": "x", "qty": 2},
-                            "source": {"db": "db", "table": "stock", "ts_ms": T0}}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "op": "c",
+                    "ts_ms": T0,
+                    "before": None,
+                    "after": {"sku": "x", "qty": 2},
+                    "source": {"db": "db", "table": "stock", "ts_ms": T0},
+                }
+            )
+            + "\n"
+        )
     metrics, tables = replay("debezium-json", tmp_path / "in", key=["id", "db.stock=sku"])
     assert tables == {"db.orders": [{"id": 1, "name": "a"}], "db.stock": [{"sku": "x", "qty": 2}]}

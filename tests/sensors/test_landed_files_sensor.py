@@ -20,6 +20,7 @@ import pendulum
 import pytest
 
 from tests import airflow_env
+
 from airflow_cdc_provider.landing.coverage import CoverageSpec
 from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 from airflow_cdc_provider.triggers.landed_files import CdcLandedFilesTrigger
@@ -122,7 +123,9 @@ async def test_trigger_reports_a_timeout_with_what_it_saw(landing):
 
 async def test_trigger_reports_a_landing_it_cannot_open():
     trigger = CdcLandedFilesTrigger.for_spec(
-        CoverageSpec(path="nosuchscheme://bucket/landing", as_of_ms=AS_OF_MS), poke_interval=0.1, deadline=None
+        CoverageSpec(path="nosuchscheme://bucket/landing", as_of_ms=AS_OF_MS),
+        poke_interval=0.1,
+        deadline=None,
     )
     event = await asyncio.wait_for(anext(trigger.run()), timeout=5)
     assert event.payload == {
@@ -140,7 +143,9 @@ async def test_trigger_reports_a_landing_it_cannot_open():
 def test_deferrable_sensor_defers_to_the_trigger(landing):
     from airflow.sdk.exceptions import TaskDeferred
 
-    sensor = CdcLandedFilesSensor(task_id="wait", path=str(landing), deferrable=True, poke_interval=30, timeout=600)
+    sensor = CdcLandedFilesSensor(
+        task_id="wait", path=str(landing), deferrable=True, poke_interval=30, timeout=600
+    )
     before = time.time()
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({"data_interval_end": pendulum.parse(AS_OF)})
@@ -151,7 +156,10 @@ def test_deferrable_sensor_defers_to_the_trigger(landing):
     expected = CdcLandedFilesTrigger.for_spec(spec(landing), poke_interval=30.0, deadline=None).serialize()[1]
     del expected["deadline"]
     assert kwargs == expected
-    assert (deferred.value.method_name, deferred.value.timeout) == ("execute_complete", timedelta(seconds=900))
+    assert (deferred.value.method_name, deferred.value.timeout) == (
+        "execute_complete",
+        timedelta(seconds=900),
+    )
 
 
 def test_a_trigger_error_fails_the_sensor_with_the_error(landing):
@@ -159,7 +167,9 @@ def test_a_trigger_error_fails_the_sensor_with_the_error(landing):
 
     sensor = CdcLandedFilesSensor(task_id="wait", path=str(landing), deferrable=True)
     with pytest.raises(LandingCheckError) as raised:
-        sensor.execute_complete({}, {"status": "error", "message": "PermissionError: [Errno 13] Permission denied"})
+        sensor.execute_complete(
+            {}, {"status": "error", "message": "PermissionError: [Errno 13] Permission denied"}
+        )
     assert str(raised.value) == "checking the landing failed: PermissionError: [Errno 13] Permission denied"
 
 
@@ -167,7 +177,10 @@ def test_a_trigger_error_fails_the_sensor_with_the_error(landing):
     ("kwargs", "message"),
     [
         ({"strategy": "latest"}, "strategy must be one of marker, partition, event_time, got 'latest'"),
-        ({"strategy": "event_time"}, "strategy 'event_time' needs source_format (the --format of the landed records)"),
+        (
+            {"strategy": "event_time"},
+            "strategy 'event_time' needs source_format (the --format of the landed records)",
+        ),
     ],
 )
 def test_arguments_are_checked_when_the_dag_is_parsed(kwargs, message):
@@ -199,7 +212,9 @@ def reschedules(dag_run) -> int:
 @pytest.mark.parametrize("dag_id", ["cdc_sensor_poke", "cdc_sensor_reschedule", "cdc_sensor_deferrable"])
 def test_sensor_succeeds_once_the_day_is_finished(airflow_db, tmp_path, landing, dag_id):
     timer = finish_day_later(landing, 1.5)
-    dag_run = sensor_dag(dag_id).test(run_conf={"path": str(landing), "as_of": AS_OF, "report_file": str(tmp_path / "x")})
+    dag_run = sensor_dag(dag_id).test(
+        run_conf={"path": str(landing), "as_of": AS_OF, "report_file": str(tmp_path / "x")}
+    )
     timer.join()
 
     assert airflow_env.task_states(dag_run) == {"wait": "success"}
@@ -215,7 +230,9 @@ def test_sensor_succeeds_once_the_day_is_finished(airflow_db, tmp_path, landing,
 @pytest.mark.parametrize("dag_id", ["cdc_sensor_poke", "cdc_sensor_reschedule", "cdc_sensor_deferrable"])
 def test_sensor_timeout_says_what_it_waited_for_and_saw(airflow_db, tmp_path, landing, dag_id):
     report = tmp_path / "task_exception.txt"
-    dag_run = sensor_dag(dag_id).test(run_conf={"path": str(landing), "as_of": AS_OF, "report_file": str(report)})
+    dag_run = sensor_dag(dag_id).test(
+        run_conf={"path": str(landing), "as_of": AS_OF, "report_file": str(report)}
+    )
 
     assert airflow_env.task_states(dag_run) == {"wait": "failed"}
     assert report.read_text(encoding="utf-8") == (

@@ -57,7 +57,9 @@ _JSON_LINE_SCHEMA = StructType([StructField("value", VariantType())])
 
 class DtsAvroDecoder(Decoder):
     name = "dts-avro"
-    description = "Alibaba DTS Avro Records (Kafka JSON dump with Base64 value, raw messages, or Avro container files)"
+    description = (
+        "Alibaba DTS Avro Records (Kafka JSON dump with Base64 value, raw messages, or Avro container files)"
+    )
     needs = ""
     partial_images = True
 
@@ -156,15 +158,19 @@ def _binary_file_messages(spark: SparkSession, paths: list[str]) -> DataFrame:
     """One row per binary file: its whole content, as a container or as one raw message."""
     content = F.col("content")
     layout = F.when(F.substring(content, 1, 4) == F.lit(bytearray(CONTAINER_MAGIC)), F.lit(LAYOUT_CONTAINER))
-    return spark.read.format("binaryFile").load(paths).select(
-        F.col("_metadata.file_path").alias("file"),
-        F.lit(0).cast("long").alias("file_pos"),
-        F.lit(None).cast("long").alias("line"),
-        layout.otherwise(F.lit(LAYOUT_MESSAGE)).alias("layout"),
-        content.alias("payload"),
-        F.lit(None).cast("string").alias("raw"),
-        F.lit(None).cast("string").alias("kind"),
-        F.lit(None).cast("string").alias("reason"),
+    return (
+        spark.read.format("binaryFile")
+        .load(paths)
+        .select(
+            F.col("_metadata.file_path").alias("file"),
+            F.lit(0).cast("long").alias("file_pos"),
+            F.lit(None).cast("long").alias("line"),
+            layout.otherwise(F.lit(LAYOUT_MESSAGE)).alias("layout"),
+            content.alias("payload"),
+            F.lit(None).cast("string").alias("raw"),
+            F.lit(None).cast("string").alias("kind"),
+            F.lit(None).cast("string").alias("reason"),
+        )
     )
 
 
@@ -183,9 +189,9 @@ def _canonical_decoded(decoded: DataFrame) -> DataFrame:
         text_image(F.col("before_text"), F.col("types")).alias("before"),
         text_image(F.col("after_text"), F.col("types")).alias("after"),
     )
-    did_not_convert = F.coalesce(failed_conversions(F.col("before_text"), F.col("before")), F.lit(False)) | F.coalesce(
-        failed_conversions(F.col("after_text"), F.col("after")), F.lit(False)
-    )
+    did_not_convert = F.coalesce(
+        failed_conversions(F.col("before_text"), F.col("before")), F.lit(False)
+    ) | F.coalesce(failed_conversions(F.col("after_text"), F.col("after")), F.lit(False))
     kind, reason = classify(
         ((F.col("kind") == KIND_CHANGE) & did_not_convert, KIND_QUARANTINED, Q_TYPE_MISMATCH),
         default_kind=F.col("kind"),
@@ -219,5 +225,3 @@ def _union(parts: list[DataFrame]) -> DataFrame:
     for part in parts[1:]:
         result = result.unionByName(part)
     return result
-
-

@@ -171,7 +171,7 @@ def read_message(payload: bytes) -> dict[str, Any]:
         record = fastavro.schemaless_reader(stream, _message_schema(), None, return_named_type=True)
     except Exception:  # fastavro raises EOFError, ValueError, IndexError, UnicodeDecodeError...
         raise Quarantine(Q_BAD_AVRO) from None
-    rest = payload[stream.tell():]
+    rest = payload[stream.tell() :]
     if rest:
         born, used = _read_varint(rest)
         if born is None or used != len(rest):
@@ -272,7 +272,9 @@ def _change_columns(record: dict[str, Any], op: str | None) -> dict[str, Any]:
 
 
 def _field_list(fields: Any) -> tuple[list[str], list[int]]:
-    if not isinstance(fields, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
+    if not isinstance(fields, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields
+    ):
         raise Quarantine(Q_IMAGE_NOT_OBJECT)
     return [f["name"] for f in fields], [f.get("dataTypeNumber") for f in fields]
 
@@ -306,7 +308,6 @@ def _image(values: Any, names: list[str], type_numbers: list[int], context: Valu
         if spark_type is not None:
             image.types[name] = spark_type
     return image
-
 
 
 # ---------------------------------------------------------------- position and key
@@ -352,4 +353,3 @@ def key_columns(pk_uk_info: str | None) -> list[str] | None:
         if isinstance(columns, list) and columns and all(isinstance(c, str) for c in columns):
             return columns
     return None
-

@@ -95,7 +95,9 @@ def _value_type_definitions() -> list[dict[str, Any]]:
         "type": "record",
         "name": "DateTime",
         "namespace": NAMESPACE,
-        "fields": [_optional_int(part) for part in ("year", "month", "day", "hour", "minute", "second", "millis")],
+        "fields": [
+            _optional_int(part) for part in ("year", "month", "day", "hour", "minute", "second", "millis")
+        ],
     }
     return [
         _record("Integer", ("precision", "int"), ("value", "string")),
@@ -115,7 +117,11 @@ def _value_type_definitions() -> list[dict[str, Any]]:
 
 def _image_field(name: str, items: list[Any]) -> dict[str, Any]:
     # An image is null, a string (DDL text rides in afterImages) or a positional list of values.
-    return {"name": name, "type": ["null", "string", {"type": "array", "items": ["null", *items]}], "default": None}
+    return {
+        "name": name,
+        "type": ["null", "string", {"type": "array", "items": ["null", *items]}],
+        "default": None,
+    }
 
 
 def record_schema(born_timestamp: bool = True) -> dict[str, Any]:
@@ -127,7 +133,12 @@ def record_schema(born_timestamp: bool = True) -> dict[str, Any]:
         "fields": [
             {
                 "name": "sourceType",
-                "type": {"type": "enum", "name": "SourceType", "namespace": NAMESPACE, "symbols": list(SOURCE_TYPES)},
+                "type": {
+                    "type": "enum",
+                    "name": "SourceType",
+                    "namespace": NAMESPACE,
+                    "symbols": list(SOURCE_TYPES),
+                },
             },
             {"name": "version", "type": "string"},
         ],
@@ -141,11 +152,23 @@ def record_schema(born_timestamp: bool = True) -> dict[str, Any]:
         {"name": "safeSourcePosition", "type": "string", "default": ""},
         {"name": "sourceTxid", "type": "string", "default": ""},
         {"name": "source", "type": source},
-        {"name": "operation", "type": {"type": "enum", "name": "Operation", "namespace": NAMESPACE, "symbols": list(OPERATIONS)}},
+        {
+            "name": "operation",
+            "type": {
+                "type": "enum",
+                "name": "Operation",
+                "namespace": NAMESPACE,
+                "symbols": list(OPERATIONS),
+            },
+        },
         {"name": "objectName", "type": ["null", "string"], "default": None},
         {"name": "processTimestamps", "type": ["null", {"type": "array", "items": "long"}], "default": None},
         {"name": "tags", "type": {"type": "map", "values": "string"}, "default": {}},
-        {"name": "fields", "type": ["null", "string", {"type": "array", "items": field_record}], "default": None},
+        {
+            "name": "fields",
+            "type": ["null", "string", {"type": "array", "items": field_record}],
+            "default": None,
+        },
         _image_field("beforeImages", _value_type_definitions()),
         _image_field("afterImages", [qualified(name) for name in VALUE_TYPES]),
     ]

@@ -17,6 +17,7 @@ from airflow_cdc_provider.formats.events import (
 
 # ---------------------------------------------------------------- value records to typed texts
 
+
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
@@ -27,10 +28,6 @@ class Quarantine(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-
-
 
 
 NOT_CARRIED = object()
@@ -126,7 +123,9 @@ class ValueContext:
         hour, minute, second = body.get("hour"), body.get("minute"), body.get("second")
         has_date = None not in (year, month, day)
         has_time = hour is not None or minute is not None or second is not None
-        if (self.mysql and type_number == _MYSQL_YEAR) or (year is not None and month is None and not has_time):
+        if (self.mysql and type_number == _MYSQL_YEAR) or (
+            year is not None and month is None and not has_time
+        ):
             return "int", str(year)
         if (self.mysql and type_number == _MYSQL_TIME) or (not has_date and has_time):
             return "string", _time_text(hour or 0, minute or 0, second or 0, self._micros(body.get("millis")))
@@ -136,13 +135,20 @@ class ValueContext:
             return "date", None if 0 in (year, month, day) else dt.date(year, month, day).isoformat()
         if 0 in (year, month, day):  # MySQL's zero date
             return "timestamp", None
-        local = dt.datetime(year, month, day, hour or 0, minute or 0, second or 0, self._micros(body.get("millis")))
+        local = dt.datetime(
+            year, month, day, hour or 0, minute or 0, second or 0, self._micros(body.get("millis"))
+        )
         return "timestamp", local.replace(tzinfo=dt.timezone.utc).isoformat()
 
     def _zoned_text(self, body: dict[str, Any], zone: str) -> str:
         local = dt.datetime(
-            body["year"], body["month"], body["day"], body.get("hour") or 0, body.get("minute") or 0,
-            body.get("second") or 0, self._micros(body.get("millis")),
+            body["year"],
+            body["month"],
+            body["day"],
+            body.get("hour") or 0,
+            body.get("minute") or 0,
+            body.get("second") or 0,
+            self._micros(body.get("millis")),
         )
         return local.replace(tzinfo=parse_zone(zone)).astimezone(dt.timezone.utc).isoformat()
 
@@ -179,7 +185,9 @@ def _float_text(value: float) -> str:
 
 
 def _instant_text(seconds: int, micros: int) -> str:
-    instant = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds, microseconds=micros)
+    instant = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(
+        seconds=seconds, microseconds=micros
+    )
     return instant.isoformat()
 
 
@@ -217,10 +225,10 @@ def parse_zone(zone: str) -> dt.tzinfo:
     match = _OFFSET.fullmatch(bare)
     if match:
         sign = -1 if match.group(1) == "-" else 1
-        delta = dt.timedelta(hours=int(match.group(2)), minutes=int(match.group(3) or 0), seconds=int(match.group(4) or 0))
+        delta = dt.timedelta(
+            hours=int(match.group(2)), minutes=int(match.group(3) or 0), seconds=int(match.group(4) or 0)
+        )
         return dt.timezone(sign * delta)
     from zoneinfo import ZoneInfo
 
     return ZoneInfo(text)  # raises (a LookupError subclass) for an unknown name
-
-

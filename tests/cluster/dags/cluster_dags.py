@@ -9,8 +9,9 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
 from tests.dag_callbacks import record_exception
+
+from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
 
 with DAG(
     dag_id="cdc_standalone_snapshot",

@@ -9,10 +9,19 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
 from tests.dag_callbacks import record_exception, record_lineage
 
-PARAMS = {"inputs": [], "output": "", "as_of": "", "key": [], "tables": [], "report_file": "", "lineage_file": ""}
+from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
+
+PARAMS = {
+    "inputs": [],
+    "output": "",
+    "as_of": "",
+    "key": [],
+    "tables": [],
+    "report_file": "",
+    "lineage_file": "",
+}
 
 
 def _snapshot_task(conn_id: str) -> CdcSnapshotOperator:

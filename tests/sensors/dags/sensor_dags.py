@@ -10,8 +10,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 from tests.dag_callbacks import record_exception
+
+from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 
 TIMEOUT_SECONDS = 4
 PARAMS = {"path": "", "as_of": "", "report_file": ""}
