@@ -20,7 +20,7 @@ from tests.conftest import assert_events_add_up
 from tests.formats.test_canal import msg as canal_msg
 from tests.replay.test_semantics import T0, dbz
 
-from airflow_cdc_provider import landing
+from airflow_cdc_provider.formats import landed_files
 from airflow_cdc_provider.replay.engine import QuarantineError
 
 
@@ -80,8 +80,8 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     (landed / "empty.json.gz").write_bytes(gzip.compress(b""))
     (landed / "zero-bytes.json.gz").write_bytes(b"")
     # Files larger than a.json are read in splits here (64 MiB in production): both readers are covered.
-    monkeypatch.setattr(landing, "WHOLE_FILE_MAX_BYTES", (landed / "a.json").stat().st_size)
-    assert (landed / "big.json").stat().st_size > landing.WHOLE_FILE_MAX_BYTES
+    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", (landed / "a.json").stat().st_size)
+    assert (landed / "big.json").stat().st_size > landed_files.WHOLE_FILE_MAX_BYTES
 
     output = tmp_path / "out"
     metrics, tables = replay("debezium-json", landed, key="id", output=output)
