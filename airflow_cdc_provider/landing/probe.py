@@ -145,7 +145,7 @@ class LandingProbe:
         enough) and only its last lines are kept.
         """
         path = self._abs(file.relative)
-        if (why := unreadable_compression(file.relative)) is not None:
+        if (why := unreadable_compression(self.display(file.relative))) is not None:
             raise LandingProbeError(why)
         if file.relative.lower().endswith(COMPRESSED_SUFFIXES):
             if file.size > MAX_COMPRESSED_TAIL_BYTES:

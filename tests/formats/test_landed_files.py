@@ -50,3 +50,16 @@ def test_a_landing_of_only_hidden_files_names_the_inputs(spark, tmp_path):
         LandingError, match=rf"^no data files under {tmp_path} \(names starting with _ or \. are skipped\)$"
     ):
         list_landed_files(spark, [str(tmp_path)])
+
+
+def test_a_compression_the_job_has_no_codec_for_is_refused_by_name(spark, tmp_path):
+    import lzma
+
+    _touch(tmp_path, "a.json")
+    (tmp_path / "b.json.xz").write_bytes(lzma.compress(b'{"op": "c"}\n'))
+    with pytest.raises(LandingError) as caught:
+        list_landed_files(spark, [str(tmp_path)])
+    assert str(caught.value) == (
+        f"cannot read file:{tmp_path}/b.json.xz: .xz compression has no codec in the replay job; decompress the "
+        f"file or land it with one of .gz, .bz2, .deflate, .zst, .lz4, .snappy (or uncompressed)"
+    )

@@ -278,3 +278,18 @@ def test_invalid_specs_are_refused(options, error, message):
     with pytest.raises(error) as raised:
         CoverageSpec(path="/lake", as_of_ms=T, **options)
     assert str(raised.value) == message
+
+
+def test_the_sensor_refuses_a_compression_the_job_cannot_read(tmp_path):
+    """The sensor names the file the job would refuse, rather than read compressed bytes as text."""
+    import lzma
+
+    from airflow_cdc_provider.landing.probe import LandingProbe, LandingProbeError, ProbedFile
+
+    (tmp_path / "part-0.json.lzma").write_bytes(lzma.compress(b'{"op": "c"}\n'))
+    with pytest.raises(LandingProbeError) as caught:
+        LandingProbe(str(tmp_path)).tail_lines(ProbedFile("part-0.json.lzma", 40, None), 1024, 10)
+    assert str(caught.value) == (
+        f"cannot read {tmp_path}/part-0.json.lzma: .lzma compression has no codec in the replay job; decompress the file "
+        "or land it with one of .gz, .bz2, .deflate, .zst, .lz4, .snappy (or uncompressed)"
+    )
