@@ -27,7 +27,11 @@ CORPUS_PATTERNS = {
         "realworld/risingwave/debezium*.1",
         "realworld/flink-cdc/debezium-*.txt",
     ),
-    "canal-json": ("conformance/flink/canal-*.txt", "realworld/risingwave/cannal_json.1", "realworld/flink-cdc/canal-*.txt"),
+    "canal-json": (
+        "conformance/flink/canal-*.txt",
+        "realworld/risingwave/cannal_json.1",
+        "realworld/flink-cdc/canal-*.txt",
+    ),
 }
 
 
@@ -70,7 +74,9 @@ def test_generated_history(fmt, spark, tmp_path):
     for change, before in zip(changes, _before_images(changes)):
         texts += [line.text for line in encoder.write(table, change, before)]
     path = tmp_path / f"{fmt}.json"
-    path.write_text("\n".join(t.decode() if isinstance(t, bytes) else t for t in texts) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(t.decode() if isinstance(t, bytes) else t for t in texts) + "\n", encoding="utf-8"
+    )
     key = {"key_columns": tuple(encoder.key)} if encoder.key else {}
     assert _assert_parity(spark, fmt, path, **key) >= len(changes) - 1
 
