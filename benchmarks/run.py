@@ -56,7 +56,8 @@ from pyspark.sql.types import (
 
 from airflow_cdc_provider.contract.paths import is_hidden
 from airflow_cdc_provider.jobs.session import build_session
-from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+from airflow_cdc_provider.replay.engine import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec
 from benchmarks.generate import (
     add_workload_arguments,
     generate,

@@ -50,7 +50,8 @@ def rows_of(spark, path: str | Path) -> list[dict[str, Any]]:
 def replay(spark, tmp_path):
     """Run the real engine; return (metrics, {table: sorted rows})."""
     from airflow_cdc_provider.formats import DecodeOptions
-    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+    from airflow_cdc_provider.replay.engine import run_snapshot
+    from airflow_cdc_provider.replay.spec import SnapshotSpec
 
     counter = {"n": 0}
 

@@ -15,7 +15,8 @@ from airflow_cdc_provider.contract.partitions import (
     parse_duration_ms,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+from airflow_cdc_provider.replay.engine import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec
 
 HOUR = 3_600_000
 DAY = 24 * HOUR

@@ -18,7 +18,8 @@ from pyspark.sql import functions as F
 from tests.conftest import assert_events_add_up, rows_of
 from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, _before_images
 
-from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+from airflow_cdc_provider.replay.engine import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec
 
 AS_OF_1 = T0 + 30_500  # end of "day one": changes 1..30
 AS_OF_2 = T0 + 60_500  # changes 31..60 come after it; 61..66 are after both

@@ -1,0 +1,149 @@
+"""The metrics of a run: the counts of its one aggregation, as ``_cdc_metrics.json`` reports them."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from airflow_cdc_provider.contract.as_of import format_as_of
+from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
+from airflow_cdc_provider.replay.fold import (
+    TAG_IGNORED,
+    TAG_QUARANTINED,
+    TAG_ROW,
+    TAG_TRUNCATE,
+)
+from airflow_cdc_provider.replay.output import OutputTarget
+from airflow_cdc_provider.replay.plan import Input
+from airflow_cdc_provider.replay.spec import SnapshotSpec
+
+log = logging.getLogger(__name__)
+
+
+def group_counts(resolved: DataFrame) -> list:
+    """One small row per (table, tag, reason): everything the metrics need."""
+    c = F.col("counts")
+    return (
+        resolved.groupBy(
+            "table",
+            "_tag",
+            F.when(F.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED), F.col("first.reason")).alias("reason"),
+        )
+        .agg(
+            F.sum("n").alias("n"),
+            F.sum("after_as_of").alias("after_as_of"),
+            F.sum(F.col("exists").cast("long")).alias("rows"),
+            F.sum(c["inserts"]).alias("inserts"),
+            F.sum(c["updates"]).alias("updates"),
+            F.sum(c["deletes"]).alias("deletes"),
+            F.sum(c["duplicates"]).alias("duplicates"),
+            F.sum(c["deletes_unknown"]).alias("deletes_unknown"),
+            F.sum(c["updates_unknown"]).alias("updates_unknown"),
+            F.max("last_event_ms").alias("last_event_ms"),
+        )
+        .collect()
+    )
+
+
+def build_metrics(
+    spec: SnapshotSpec, target: OutputTarget, groups, table_paths, read: Input, quarantine_count: int
+) -> dict:
+    def zero_table() -> dict:
+        return {
+            "rows": 0,
+            "path": None,
+            "inserts": 0,
+            "updates": 0,
+            "deletes": 0,
+            "last_event_ms": None,
+            "updates_of_unknown_key": 0,
+            "deletes_of_unknown_key": 0,
+            "truncates": 0,
+            "events": {
+                "read": 0,
+                "applied": 0,
+                "after_as_of": 0,
+                "ignored": 0,
+                "duplicates": 0,
+                "quarantined": 0,
+            },
+        }
+
+    totals = {"read": 0, "applied": 0, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    tables: dict[str, dict] = {t: zero_table() for t in table_paths}
+    ignored_reasons: dict[str, int] = {}
+    quarantine_reasons: dict[str, int] = {}
+    for g in groups:
+        tag, n = g["_tag"], int(g["n"] or 0)
+        after = int(g["after_as_of"] or 0)
+        entry = {
+            "read": n,
+            "applied": 0,
+            "after_as_of": after,
+            "ignored": 0,
+            "duplicates": 0,
+            "quarantined": 0,
+        }
+        t = tables.get(g["table"]) if g["table"] in tables else None
+        if tag == TAG_ROW:
+            applied = sum(int(g[k] or 0) for k in ("inserts", "updates", "deletes", "deletes_unknown"))
+            entry.update(applied=applied, duplicates=int(g["duplicates"] or 0))
+            if t is not None:
+                t["rows"] += int(g["rows"] or 0)
+                t["inserts"] += int(g["inserts"] or 0)
+                t["updates"] += int(g["updates"] or 0)
+                t["deletes"] += int(g["deletes"] or 0)
+                t["updates_of_unknown_key"] += int(g["updates_unknown"] or 0)
+                t["deletes_of_unknown_key"] += int(g["deletes_unknown"] or 0)
+                if g["last_event_ms"] is not None:
+                    t["last_event_ms"] = max(t["last_event_ms"] or g["last_event_ms"], g["last_event_ms"])
+        elif tag == TAG_TRUNCATE:
+            entry.update(applied=n - after)
+            if t is not None:
+                t["truncates"] += n - after
+        elif tag == TAG_IGNORED:
+            entry.update(ignored=n)
+            ignored_reasons[g["reason"]] = ignored_reasons.get(g["reason"], 0) + n
+        elif tag == TAG_QUARANTINED:
+            entry.update(quarantined=n)
+            quarantine_reasons[g["reason"]] = quarantine_reasons.get(g["reason"], 0) + n
+        for k, v in entry.items():
+            totals[k] += v
+            if t is not None:
+                t["events"][k] += v
+    for name, t in tables.items():
+        t["path"] = table_paths[name]
+        earlier = read.base.tables.get(name, {}).get("last_event_ms") if read.base is not None else None
+        if earlier is not None:
+            t["last_event_ms"] = max(t["last_event_ms"] or earlier, earlier)
+    files, skipped = read.files, [f for group in read.skipped.values() for f in group]
+    metrics = {
+        "format": spec.source_format,
+        "as_of": format_as_of(spec.as_of_ms),
+        "as_of_ms": spec.as_of_ms,
+        "output": target.uri,
+        "rows": sum(t["rows"] for t in tables.values()),
+        "events": totals,
+        "tables": tables,
+        "ignored": dict(sorted(ignored_reasons.items())),
+        "quarantine": {
+            "records": quarantine_count,
+            "path": target.final_uri(QUARANTINE_DIR) if quarantine_count else None,
+            "reasons": dict(sorted(quarantine_reasons.items())),
+        },
+        "files": {
+            "read": len(files),
+            "bytes": sum(f.size for f in files),
+            "skipped": len(skipped),
+            "bytes_skipped": sum(f.size for f in skipped),
+            "skipped_because": {why: len(group) for why, group in read.skipped.items() if group},
+        },
+        "mode": "incremental" if read.base is not None else "full",
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    if read.incremental is not None:
+        metrics["incremental"] = read.incremental
+    return metrics

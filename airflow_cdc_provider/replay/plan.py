@@ -1,0 +1,173 @@
+"""Input planning: which landed files a run reads, decoded once, and how its shuffles are sized.
+
+A full run lists, prunes (time partitions after AS OF + lateness) and decodes every file. With
+``--base`` only the files the base did not cover are decoded, unless this run's events could not
+be folded onto the base; the ``incremental`` block of the metrics says which happened and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_cdc_provider.contract.as_of import format_as_of
+from airflow_cdc_provider.formats.events import (
+    CANONICAL_EVENT_SCHEMA,
+    KIND_CHANGE,
+    KIND_IGNORED,
+)
+from airflow_cdc_provider.formats.landed_files import (
+    LandedFile,
+    checkpoint_salvaging,
+    list_landed_files,
+)
+from airflow_cdc_provider.replay.base_state import (
+    IGNORED_IN_BASE,
+    BaseState,
+    applied_by_base,
+    file_horizons,
+    read_base_state,
+    scan_new_events,
+)
+from airflow_cdc_provider.replay.fold import (
+    KeyConfig,
+)
+from airflow_cdc_provider.replay.spec import SnapshotSpec
+
+log = logging.getLogger(__name__)
+
+log = logging.getLogger(__name__)
+
+SKIPPED_PARTITION = "partition starts after AS OF + lateness"
+SKIPPED_IN_BASE = "already applied by the base"
+
+
+@dataclass
+class Input:
+    """What one run reads and how: the decoded events, the files behind them, the base it starts from."""
+
+    events: DataFrame
+    files: list[LandedFile]
+    skipped: dict[str, list[LandedFile]]
+    base: BaseState | None
+    incremental: dict | None  # the metrics' "incremental" block when --base was given
+    horizons: dict[str, int | None] = field(default_factory=dict)
+    whole_tables: list[str] = field(default_factory=list)  # tables whose base rows are all folded again
+
+
+def _base_mismatch(spec: SnapshotSpec, state: BaseState) -> str | None:
+    if state.format != spec.source_format:
+        return f"the base was built from --format {state.format}, this run reads {spec.source_format}"
+    if state.as_of_ms > spec.as_of_ms:
+        return f"AS OF {format_as_of(spec.as_of_ms)} is before the base's {format_as_of(state.as_of_ms)}"
+    if state.keys != keys_json(spec.keys):
+        return "--key differs from the base's"
+    if state.tables_filter != sorted(spec.tables):
+        return "--table differs from the base's"
+    return None
+
+
+def keys_json(keys: KeyConfig) -> list:
+    return [list(keys.default), sorted([name, list(cols)] for name, cols in keys.per_table)]
+
+
+def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: bool) -> Input:
+    """List, prune and decode the landed files; with ``--base``, only those the base did not cover.
+
+    Reads everything (a full rebuild) when the base cannot be used or this run's events could not
+    be folded onto it; the ``incremental`` block says which happened and why.
+    """
+    listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
+    skipped = {SKIPPED_PARTITION: after_as_of}
+    state, why_full = read_base_state(spark, spec.base) if spec.base else (None, None)
+    if state is not None:
+        why_full = _base_mismatch(spec, state)
+    if state is not None and why_full is None:
+        covered = [f for f in listed if state.covers(f)]
+        fresh = [f for f in listed if f not in covered]
+        events, fresh = (
+            checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered))
+            if fresh
+            else (_no_events(spark), [])
+        )
+        reread = {f.path for f in fresh if state.reread(f)}
+        scan = scan_new_events(events, state, reread, partial_images)
+        why_full = scan.why_full
+        if why_full is None:
+            horizons = file_horizons(events) if spec.writes_state else {}
+            in_base = applied_by_base(state, reread) & F.col("kind").isin(KIND_CHANGE, KIND_IGNORED)
+            marked = (
+                events.withColumns(
+                    {
+                        "kind": F.when(in_base, F.lit(KIND_IGNORED)).otherwise(F.col("kind")),
+                        "reason": F.when(in_base, F.lit(IGNORED_IN_BASE)).otherwise(F.col("reason")),
+                    }
+                )
+                if reread
+                else events
+            )
+            skipped[SKIPPED_IN_BASE] = covered
+            incremental = {
+                "base": spec.base,
+                "base_as_of": format_as_of(state.as_of_ms),
+                "applied": True,
+                "reason": None,
+                "late_events": scan.late,
+            }
+            return Input(marked, fresh, skipped, state, incremental, horizons, scan.whole_tables)
+        events.unpersist()
+    return read_all(spark, spec, decode, listed, skipped, state, why_full)
+
+
+def read_all(
+    spark: SparkSession,
+    spec: SnapshotSpec,
+    decode,
+    listed: list[LandedFile],
+    skipped: dict[str, list[LandedFile]],
+    state: BaseState | None,
+    why_full: str | None,
+) -> Input:
+    if why_full is not None:
+        log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
+    events, files = checkpoint_salvaging(spark, listed, decode)
+    incremental = (
+        {
+            "base": spec.base,
+            "base_as_of": None if state is None else format_as_of(state.as_of_ms),
+            "applied": False,
+            "reason": why_full,
+            "late_events": None,
+        }
+        if spec.base
+        else None
+    )
+    horizons = file_horizons(events) if spec.writes_state else {}
+    return Input(events, files, {SKIPPED_PARTITION: skipped[SKIPPED_PARTITION]}, None, incremental, horizons)
+
+
+def _no_events(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], CANONICAL_EVENT_SCHEMA).withColumn(
+        "_content_hash", F.lit(0).cast("bigint")
+    )
+
+
+_INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
+_MAX_SHUFFLE_PARTITIONS = 4000
+
+
+def shuffle_partitions(input_bytes: int, cores: int) -> int:
+    """One shuffle partition per 64 MiB of landed input, at least one per core, at most 4000."""
+    wanted = -(-input_bytes // _INPUT_BYTES_PER_SHUFFLE_PARTITION)
+    return max(cores, min(wanted, _MAX_SHUFFLE_PARTITIONS))
+
+
+def size_shuffles(spark: SparkSession, files: list[LandedFile]) -> None:
+    """Shuffle partitions sized to the input, not Spark's fixed 200 (unless the user chose a number)."""
+    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        return
+    count = shuffle_partitions(sum(f.size for f in files), spark.sparkContext.defaultParallelism)
+    spark.conf.set("spark.sql.shuffle.partitions", str(count))
