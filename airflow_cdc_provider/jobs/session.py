@@ -17,6 +17,9 @@ _JOB_CONF = {
     # This rule copies a generator's input expression into an inferred filter pushed below it;
     # over decoder expressions that made plans grow from kilobytes to tens of megabytes.
     "spark.sql.optimizer.excludedRules": "org.apache.spark.sql.catalyst.optimizer.InferFiltersFromGenerate",
+    # The fold's aggregation runs on rows its window already sorted by key: a sort-based aggregate
+    # uses that order, where the object hash aggregate re-sorts everything once it passes 128 keys.
+    "spark.sql.execution.useObjectHashAggregateExec": "false",
 }
 # Only for an embedded local master: this machine's host name does not resolve to loopback.
 _LOCAL_CONF = {

@@ -46,6 +46,7 @@ from airflow_cdc_provider.replay.fold import (
     keyed_events,
     lacks_key,
     ordering,
+    table_changes,
 )
 from airflow_cdc_provider.replay.metrics import build_metrics, group_counts
 from airflow_cdc_provider.replay.output import OutputTarget
@@ -137,19 +138,20 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
     # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
     read = read_input(spark, spec, decode, decoder.partial_images)
-    events, folded, carried = _fold(spark, spec, read, decoder.partial_images)
+    events, folded, changes, carried = _fold(spark, spec, read, decoder.partial_images)
     if read.base is not None and decoder.partial_images and (older := unreplayable_partials(folded)):
         why = (
             f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
         )
         folded.unpersist()
+        changes.unpersist()
         read.events.unpersist()
         listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
         read = read_all(
             spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why
         )
-        events, folded, carried = _fold(spark, spec, read, decoder.partial_images)
-    resolved = resolve(folded, carry_moves=decoder.partial_images)
+        events, folded, changes, carried = _fold(spark, spec, read, decoder.partial_images)
+    resolved = resolve(folded, changes, carry_moves=decoder.partial_images)
     if carried is not None:
         resolved = resolved.unionByName(carried_as_resolved(carried, resolved))
     # Checkpointing the per-key result lets the small jobs after it plan against it alone.
@@ -159,13 +161,15 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     finally:
         resolved.unpersist()
         folded.unpersist()
+        changes.unpersist()
         read.events.unpersist()
 
 
 def _fold(
     spark: SparkSession, spec: SnapshotSpec, read: Input, partial_images: bool
-) -> tuple[DataFrame, DataFrame, DataFrame | None]:
-    """``(events, folded, carried)``: the selected events, their fold, and the base's untouched rows.
+) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
+    """``(events, folded, changes, carried)``: the selected events, their fold, the tables' truncates
+    and column drops, and the base's untouched rows.
 
     With a base, only the base rows of keys this run's events touch join the fold; the others
     (``carried``) pass through unchanged.
@@ -178,10 +182,12 @@ def _fold(
         keyed = keyed.withColumn("_base", F.lit(False))
         touched, carried = split_base_rows(spark, read.base, keyed, read.whole_tables)
         keyed = keyed.unionByName(base_rows_as_keyed(touched, keyed))
-    folded = fold(keyed, keep_resets=partial_images)
+    # Tiny (truncates and column drops only), read by the fold and by resolve: computed once.
+    changes = table_changes(events, spec.as_of_ms).localCheckpoint(eager=True)
+    folded = fold(keyed, changes, partial_images)
     if partial_images:
         folded = folded.localCheckpoint(eager=True)
-    return events, folded, carried
+    return events, folded, changes, carried
 
 
 # Bytes of landed input per shuffle partition (before AQE coalesces what turns out small).

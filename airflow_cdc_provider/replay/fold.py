@@ -1,13 +1,13 @@
-"""The fold: every rule of DESIGN.md section 4, as one aggregation per (table, key).
+"""The fold: every rule of DESIGN.md section 4, as one window and one aggregation per (table, key).
 
 Canonical events are keyed, split into what is applied and what is only counted, and grouped
-once. Per key the aggregation keeps
+once. A window over each key's events in position order marks what each one adds to the counts
+(exact duplicates, deletes of unknown keys, updates that create their row); the aggregation over
+the same partitions and sort then keeps per key
   * the latest "resetting" event (insert, snapshot read, full-image update, delete) by position,
-    picked with ``max_by`` so Spark combines map-side and ships one candidate per key per task;
-  * the partial-image updates (Shareplex ``data``, Qlik ``columnMask``), merged after the fold
-    column by column in position order on top of the latest reset: latest writer wins;
-  * a compact list of (position, op, content hash) from which the counts are derived in position
-    order: exact duplicates, deletes of unknown keys, updates that create their row, truncates.
+    picked with ``max_by``, and the counts as sums: buffers of a fixed size, whatever the key's history;
+  * for formats with partial images (Shareplex ``data``, Qlik ``columnMask``) also the partial
+    updates, merged after the fold column by column in position order: latest writer wins.
 Non-row records travel through the same aggregation under group tags, so one shuffle of one scan
 yields the snapshot, the quarantine and every count; a table's DDL events (one group) also
 yield the columns it added and dropped before AS OF (``ddl_changes``).
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BooleanType, StringType, StructField, StructType
 
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
@@ -198,11 +199,109 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     )
 
 
-def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
-    """One aggregation per (table, tag, key): the folded state plus what the counts need.
+def table_changes(events: DataFrame, as_of_ms: int) -> DataFrame:
+    """``table, truncs, drops``: each table's applied truncate positions and column drops (tiny).
 
-    ``keep_resets`` also keeps every resetting image, not only the latest (``resets``): formats with
-    partial images need a row's state at the moment of a key change, which may lie before it.
+    Both change every row of a table, so the counting window and each key's state need them.
+    Read straight from the canonical events: neither needs a key.
+    """
+    applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
+    is_trunc = applied & (F.col("kind") == KIND_CHANGE) & (F.col("op") == OP_TRUNCATE)
+    is_drop = (
+        applied
+        & (F.col("kind") == KIND_IGNORED)
+        & (F.col("reason") == IGNORED_DDL)
+        & (F.size(F.map_keys(F.coalesce("before", empty_image()))) > 0)
+    )
+    drop = F.struct(
+        ordering(events).alias("ord"),
+        F.coalesce(F.map_keys("types"), F.array().cast("array<string>")).alias("added"),
+        F.map_keys("before").alias("cols"),
+    )
+    return (
+        events.where(is_trunc | is_drop)
+        .groupBy("table")
+        .agg(
+            F.collect_list(F.when(is_trunc, ordering(events))).alias("truncs"),
+            F.collect_list(F.when(is_drop, drop)).alias("drops"),
+        )
+    )
+
+
+def _counting_order() -> list[Column]:
+    """Position order in which exact duplicates sit next to each other.
+
+    The content hash sorts right after the source position and event time, before the landing
+    position: two deliveries of one event share the former and differ in the latter.
+    """
+    o = F.col("_ord")
+    return [o["log_pos"], o["event_ms"], F.col("_hash"), o["file"], o["file_pos"], o["sub_pos"]]
+
+
+def _op_code() -> Column:
+    code = F.lit(0)
+    for op, value in _OP_CODE.items():
+        code = F.when(F.col("op") == op, F.lit(value)).otherwise(code)
+    # The new-key half of a key-changing update: an update of a row that existed (under its old key).
+    return F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(code)
+
+
+def _count_flags(keyed: DataFrame, changes: DataFrame, group: list[str]) -> DataFrame:
+    """Per applied row change, what it adds to the counts, from the events before it in position order.
+
+    A window over each key's events (code-generated, spilling, its sort shared with the fold's
+    aggregation) stands in for walking a per-key list: an event is an exact duplicate when it
+    repeats the previous counted event; a delete or update finds no row when the previous applied
+    event was a delete (or there was none), or a truncate of the table came after it.
+    """
+    applied = F.col("_applied")
+    from_base = F.col("_base") if "_base" in keyed.columns else F.lit(False)
+    counted = applied & ~F.col("_moved_away") & ~from_base
+    before = Window.partitionBy(*group).orderBy(*_counting_order()).rowsBetween(Window.unboundedPreceding, -1)
+    with_truncs = keyed.join(F.broadcast(changes.select("table", "truncs")), "table", "left")
+    staged = with_truncs.select(
+        "*",
+        _op_code().alias("_op_code"),
+        counted.alias("_counted"),
+        F.last(F.when(counted, F.col("_hash")), ignorenulls=True).over(before).alias("_prev_hash"),
+        F.last(F.when(applied, _op_code()), ignorenulls=True).over(before).alias("_prev_op"),
+        F.last(F.when(applied, F.col("_ord")), ignorenulls=True).over(before).alias("_prev_ord"),
+    )
+    ord_, prev_ord = F.col("_ord"), F.col("_prev_ord")
+    truncated_since = F.when(
+        F.col("truncs").isNotNull(),
+        F.exists("truncs", lambda t: (t < ord_) & (prev_ord.isNull() | (t > prev_ord))),
+    ).otherwise(F.lit(False))
+    existed = F.col("_prev_op").isNotNull() & (F.col("_prev_op") != _OP_CODE[OP_DELETE]) & ~truncated_since
+    op = F.col("_op_code")
+    dup = F.col("_counted") & F.coalesce(F.col("_prev_hash") == F.col("_hash"), F.lit(False))
+    count = F.col("_counted") & ~dup
+    deleting = count & (op == _OP_CODE[OP_DELETE])
+
+    def flag(condition: Column) -> Column:
+        return F.when(condition, F.lit(1)).otherwise(F.lit(0))
+
+    return staged.select(
+        *keyed.columns,
+        flag(count & (op == _OP_CODE[OP_INSERT])).alias("_c_inserts"),
+        flag(count & ((op == _OP_CODE[OP_UPDATE]) | (op == OP_CODE_MOVED_IN))).alias("_c_updates"),
+        flag(deleting & existed).alias("_c_deletes"),
+        flag(dup).alias("_c_duplicates"),
+        flag(deleting & ~existed).alias("_c_deletes_unknown"),
+        flag(count & (op == _OP_CODE[OP_UPDATE]) & ~existed).alias("_c_updates_unknown"),
+    )
+
+
+_COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
+
+
+def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> DataFrame:
+    """One window and one aggregation per (table, tag, key): the folded state plus its counts.
+
+    ``changes`` is ``table_changes`` of the events. For full-image formats every aggregation buffer has a
+    fixed size: the latest reset (``max_by``), the last move to another key, counts as sums. Formats
+    with partial images (``partial_images``) also keep their partial updates, every reset and every
+    move to another key in lists: a key change then carries the row's state at that moment.
     Rows flagged ``_base`` (an incremental run's starting state) are applied but never counted;
     ``base_ord`` is then the position of the base's row of each key.
     """
@@ -215,11 +314,6 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
     # row's state just before it can still be rebuilt and carried to the new key.
     reset = applied & ~partial_update & (F.col("op") != OP_TRUNCATE) & ~F.col("_moved_away")
     ord_ = F.col("_ord")
-    op_code = F.lit(0)
-    for op, code in _OP_CODE.items():
-        op_code = F.when(F.col("op") == op, F.lit(code)).otherwise(op_code)
-    # The new-key half of a key-changing update: an update of a row that existed (under its old key).
-    op_code = F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(op_code)
     last_meta = F.struct(
         F.col("op"),
         F.col("event_ms"),
@@ -229,64 +323,76 @@ def fold(keyed: DataFrame, keep_resets: bool = False) -> DataFrame:
         F.col("file_pos"),
         F.col("sub_pos"),
     )
-    counted = applied & ~F.col("_moved_away") & ~from_base
-    # A leading 64-bit hash makes the aggregation's sort (it falls back to sorting past a few
-    # hundred keys per task) compare longs instead of table names and key arrays.
-    group_hash = F.xxhash64("table", "_tag", "_key").alias("_group_hash")
+    # A leading 64-bit hash makes the sort compare longs before table names and key arrays.
+    group = ["_group_hash", "table", "_tag", "_key"]
+    hashed = keyed.withColumn("_group_hash", F.xxhash64("table", "_tag", "_key"))
+    flagged = _count_flags(hashed, changes, group)
     resetting = F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))
-    optional = [F.collect_list(F.when(reset, resetting)).alias("resets")] if keep_resets else []
-    if "_base" in keyed.columns:
-        optional.append(F.max(F.when(from_base, ord_)).alias("base_ord"))
-    return (
-        keyed.groupBy(group_hash, "table", "_tag", "_key")
-        .agg(
-            *optional,
-            F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),
-            F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
-            F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
+    move = F.struct(
+        ord_.alias("ord"), F.col("_new_key").alias("to"), F.col("_moved_partially").alias("partial")
+    )
+    if partial_images:
+        lists = [
+            F.collect_list(F.when(reset, resetting)).alias("resets"),
             F.collect_list(
                 F.when(partial_update, F.struct(ord_.alias("ord"), F.col("after").alias("after")))
             ).alias("partials"),
-            F.collect_list(
-                F.when(
-                    moved_away,
-                    F.struct(
-                        ord_.alias("ord"),
-                        F.col("_new_key").alias("to"),
-                        F.col("_moved_partially").alias("partial"),
-                    ),
-                )
-            ).alias("moves_out"),
-            F.collect_list(
-                F.when(
-                    applied,
-                    F.struct(
-                        ord_.alias("ord"),
-                        op_code.alias("op"),
-                        F.col("_hash").alias("h"),
-                        counted.alias("counted"),
-                    ),
-                )
-            ).alias("history"),
-            F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),
-            F.max(F.when(applied, F.col("event_ms"))).alias("last_event_ms"),
-            F.collect_set(
-                F.when((applied | ddl) & F.col("types").isNotNull(), F.map_entries(F.col("types")))
-            ).alias("type_sigs"),
-            F.collect_list(
-                F.when(
-                    ddl & (F.col("types").isNotNull() | F.col("before").isNotNull()),
-                    F.struct(
-                        ord_.alias("ord"),
-                        F.coalesce(F.map_keys("types"), F.array().cast("array<string>")).alias("added"),
-                        F.coalesce(F.map_keys("before"), F.array().cast("array<string>")).alias("cols"),
-                    ),
-                )
-            ).alias("ddl_changes"),
-            F.min_by(F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw"), F.col("_ord")).alias(
-                "first"
-            ),
-            F.first("_key_cols", ignorenulls=True).alias("key_names"),
-        )
-        .drop("_group_hash")
+            F.collect_list(F.when(moved_away, move)).alias("moves_out"),
+        ]
+    else:
+        lists = [F.max(F.when(moved_away, ord_)).alias("_last_move")]
+    if "_base" in keyed.columns:
+        lists.append(F.max(F.when(from_base, ord_)).alias("base_ord"))
+    is_listed = F.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
+    folded = flagged.groupBy(*group).agg(
+        *lists,
+        F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),
+        F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
+        F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
+        F.struct(*[F.sum(f"_c_{name}").cast("long").alias(name) for name in _COUNTS]).alias("counts"),
+        F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),
+        F.max(F.when(applied, F.col("event_ms"))).alias("last_event_ms"),
+        F.collect_set(
+            F.when((applied | ddl) & F.col("types").isNotNull(), F.map_entries(F.col("types")))
+        ).alias("type_sigs"),
+        F.collect_list(
+            F.when(
+                ddl & (F.col("types").isNotNull() | F.col("before").isNotNull()),
+                F.struct(
+                    ord_.alias("ord"),
+                    F.coalesce(F.map_keys("types"), F.array().cast("array<string>")).alias("added"),
+                    F.coalesce(F.map_keys("before"), F.array().cast("array<string>")).alias("cols"),
+                ),
+            )
+        ).alias("ddl_changes"),
+        F.min_by(
+            F.when(is_listed, F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw")),
+            F.when(is_listed, ord_),
+        ).alias("first"),
+        F.first("_key_cols", ignorenulls=True).alias("key_names"),
     )
+    if not partial_images:
+        # Full images: the list shapes ``resolve`` reads, made from the fixed-size buffers.
+        ord_type = keyed.schema["_ord"].dataType
+        partial_type = StructType([StructField("ord", ord_type), StructField("after", IMAGE_TYPE)])
+        move_type = StructType(
+            [
+                StructField("ord", ord_type),
+                StructField("to", ArrayType(StringType())),
+                StructField("partial", BooleanType()),
+            ]
+        )
+        last_move = F.struct(
+            F.col("_last_move").alias("ord"),
+            F.lit(None).cast("array<string>").alias("to"),
+            F.lit(False).alias("partial"),
+        )
+        folded = folded.withColumns(
+            {
+                "partials": F.array().cast(ArrayType(partial_type)),
+                "moves_out": F.when(F.col("_last_move").isNotNull(), F.array(last_move)).otherwise(
+                    F.array().cast(ArrayType(move_type))
+                ),
+            }
+        ).drop("_last_move")
+    return folded.drop("_group_hash")

@@ -1,7 +1,8 @@
-"""After the fold: each key's final row and its counts, derived in position order.
+"""After the fold: each key's final row.
 
-Runs on the aggregated rows (one per key), so the higher-order functions here walk one key's
-events, never the whole input.
+Runs on the aggregated rows (one per key). Most keys take the latest reset as it is; only keys
+with partial images, moves to another key, truncates or column drops are merged in position order
+by the higher-order functions here, over that key's own few entries.
 """
 
 from __future__ import annotations
@@ -10,22 +11,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
-from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW, TAG_TRUNCATE
-
-
-def table_changes(folded: DataFrame) -> DataFrame:
-    """``table, truncs, drops``: the applied truncate positions and column drops of each table."""
-    tag = F.col("_tag")
-    truncs = F.when(tag == TAG_TRUNCATE, F.transform("history", lambda h: h["ord"]))
-    drops = F.when(tag == TAG_IGNORED, F.filter("ddl_changes", lambda c: F.size(c["cols"]) > 0))
-    return (
-        folded.where(tag.isin(TAG_TRUNCATE, TAG_IGNORED))
-        .groupBy("table")
-        .agg(
-            F.flatten(F.collect_list(truncs)).alias("truncs"),
-            F.flatten(F.collect_list(drops)).alias("drops"),
-        )
-    )
+from airflow_cdc_provider.replay.fold import TAG_ROW
 
 
 def _by_ord(left: Column, right: Column) -> Column:
@@ -34,73 +20,6 @@ def _by_ord(left: Column, right: Column) -> Column:
         .when(left["ord"] > right["ord"], F.lit(1))
         .otherwise(F.lit(0))
     )
-
-
-def _walk(history: Column, truncs: Column) -> Column:
-    """Counts in position order: applied ops, duplicates, deletes of unknown keys, creating updates.
-
-    Exact duplicates sort next to each other because the content hash sorts right after the
-    source position and event time, before the landing position.
-    """
-    sortable = F.transform(
-        history,
-        lambda x: F.struct(
-            F.struct(
-                x["ord"]["log_pos"],
-                x["ord"]["event_ms"],
-                x["h"],
-                x["ord"]["file"],
-                x["ord"]["file_pos"],
-                x["ord"]["sub_pos"],
-            ).alias("k"),
-            x.alias("x"),
-        ),
-    )
-    # sort_array compares with Spark's natural ordering; array_sort would call its default
-    # comparator as an interpreted lambda per comparison, about three times slower here.
-    ordered = F.transform(F.sort_array(sortable), lambda s: s["x"])
-    zero = F.lit(0).cast("long")
-    init = F.struct(
-        F.lit(False).alias("exists"),
-        F.lit(None).cast("long").alias("prev_h"),
-        F.lit(None).alias("prev_ord"),
-        zero.alias("inserts"),
-        zero.alias("updates"),
-        zero.alias("deletes"),
-        zero.alias("duplicates"),
-        zero.alias("deletes_unknown"),
-        zero.alias("updates_unknown"),
-    )
-
-    def step(s: Column, x: Column) -> Column:
-        truncated_between = F.coalesce(
-            F.exists(truncs, lambda t: (t < x["ord"]) & (s["prev_ord"].isNull() | (t > s["prev_ord"]))),
-            F.lit(False),
-        )
-        exists = s["exists"] & ~truncated_between
-        dup = x["counted"] & F.coalesce(s["prev_h"] == x["h"], F.lit(False))
-        op = x["op"]
-        count = x["counted"] & ~dup
-        new_exists = F.when(dup, exists).when(op == 3, F.lit(False)).otherwise(F.lit(True))
-        return F.struct(
-            new_exists.alias("exists"),
-            F.when(x["counted"], x["h"]).otherwise(s["prev_h"]).alias("prev_h"),
-            x["ord"].alias("prev_ord"),
-            (s["inserts"] + F.when(count & (op == 1), 1).otherwise(0)).alias("inserts"),
-            (s["updates"] + F.when(count & ((op == 2) | (op == 4)), 1).otherwise(0)).alias("updates"),
-            (s["deletes"] + F.when(count & (op == 3) & exists, 1).otherwise(0)).alias("deletes"),
-            (s["duplicates"] + F.when(dup, 1).otherwise(0)).alias("duplicates"),
-            (s["deletes_unknown"] + F.when(count & (op == 3) & ~exists, 1).otherwise(0)).alias(
-                "deletes_unknown"
-            ),
-            (s["updates_unknown"] + F.when(count & (op == 2) & ~exists, 1).otherwise(0)).alias(
-                "updates_unknown"
-            ),
-        )
-
-    # The accumulator's prev_ord starts as a typed null of the element's ord type.
-    typed_init = init.withField("prev_ord", F.when(F.lit(False), ordered[0]["ord"]))
-    return F.aggregate(ordered, typed_init, step)
 
 
 def _merged_image(base_image: Column, base_ord: Column, later: Column, drops: Column) -> Column:
@@ -220,13 +139,14 @@ def carried_rows(rows: DataFrame) -> DataFrame:
     )
 
 
-def resolve(folded: DataFrame, carry_moves: bool = False) -> DataFrame:
-    """Per row group: ``exists``, the final ``image``, and the counts (other tags pass through).
+def resolve(folded: DataFrame, changes: DataFrame, carry_moves: bool = False) -> DataFrame:
+    """Per row group: ``exists`` and the final ``image`` (other tags pass through).
 
-    ``carry_moves``: the format has partial images, so key changes may need the old key's row
-    (``folded`` is then read twice: pass a persisted one).
+    ``changes`` is ``table_changes`` of the fold's events. ``carry_moves``: the format has partial
+    images, so key changes may need the old key's row (``folded`` is then read twice: pass a
+    persisted one).
     """
-    rows = folded.join(F.broadcast(table_changes(folded)), on="table", how="left")
+    rows = folded.join(F.broadcast(changes), on="table", how="left")
     if carry_moves:
         rows = rows.join(carried_rows(rows), on=["table", "_key"], how="left")
         exists, image, _ = _state_before(None, F.col("carries"))
@@ -245,11 +165,9 @@ def resolve(folded: DataFrame, carry_moves: bool = False) -> DataFrame:
         simple,
         F.when(reset["op"] != OP_DELETE, F.coalesce(reset["after"], empty_image())).otherwise(empty_image()),
     ).otherwise(image)
-    counts = _walk(F.col("history"), F.col("truncs"))
     is_row = F.col("_tag") == TAG_ROW
     return rows.select(
         "*",
         F.when(is_row, exists).otherwise(F.lit(False)).alias("exists"),
         F.when(is_row, image).alias("image"),
-        F.when(is_row, counts).alias("counts"),
     )
