@@ -188,8 +188,11 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     # A key-changing update also deletes the old key, at the same position (never counted itself).
     keyed = plan_barrier(keyed).select("*", F.explode_outer("_split").alias("_moved_away")).drop("_split")
     return keyed.select(
-        *[c for c in keyed.columns if c not in ("_key", "op", "after", "partial")],
+        *[c for c in keyed.columns if c not in ("_key", "op", "before", "after", "partial")],
         F.when(F.col("_moved_away"), F.col("_old_key")).otherwise(F.col("_key")).alias("_key"),
+        # Past keying only a DDL event's before image is read (the columns it drops): the others
+        # would only widen the shuffle.
+        F.when(F.col("_tag") == TAG_IGNORED, F.col("before")).alias("before"),
         F.when(F.col("_moved_away"), F.lit(OP_DELETE)).otherwise(F.col("op")).alias("op"),
         F.when(F.col("_moved_away"), F.lit(None).cast(IMAGE_TYPE)).otherwise(F.col("after")).alias("after"),
         F.when(F.col("_moved_away"), F.lit(False))
