@@ -1,9 +1,10 @@
 """Canal JSON (flat messages) as Alibaba DTS and open-source Canal write them.
 
 One message carries several rows of one table: ``data[i]`` is row i after the change and
-``old[i]`` holds the previous values of only the columns that changed. Every value arrives as a
-JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
-values are typed here. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
+``old[i]`` holds the previous values of only the columns that changed. Canal writes every value as
+a JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
+values are typed here. A column no type declares keeps its JSON type (Flink CDC's Kafka sink writes
+typed JSON values and no ``mysqlType``): ``1.0`` stays the double 1.0, never the text ``"1"``. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
 leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
 an ``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.ddl``).
 
@@ -207,12 +208,38 @@ def _latin1_bytes(text: Column) -> Column:
     return F.when(latin1, F.encode(text, "ISO-8859-1")).otherwise(F.try_to_binary(text, F.lit("utf-8")))
 
 
-def typed_image(image: Column, types: Column) -> Column:
-    """``map<string,string>`` row -> ``map<string,variant>`` of typed values."""
+def _untyped(json_value: Column, text: Column) -> Column:
+    """A value no type declares keeps its JSON type: a number stays a number, a boolean a boolean.
+
+    Spark's JSON parser holds a number with a fraction as an exact decimal without trailing zeros
+    (``1.0`` as ``1``); as a double it keeps the JSON meaning (and renders as ``1.0``, not ``1``).
+    Strings keep their exact text; objects and arrays are kept as their JSON text, as before.
+    """
+    kind = F.schema_of_variant(json_value)
+    integral = kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT") | (kind == "BOOLEAN")
+    fractional = kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
+    return (
+        F.when(text.isNull(), F.lit(None).cast("variant"))
+        .when(integral, json_value)
+        .when(fractional, F.try_variant_get(json_value, "$", "double").cast("variant"))
+        .otherwise(text.cast("variant"))
+    )
+
+
+def typed_image(image: Column, types: Column, json_image: Column | None = None) -> Column:
+    """``map<string,string>`` row -> ``map<string,variant>`` of typed values.
+
+    ``json_image`` (the same row as parsed JSON values) gives the values of columns whose type is
+    not declared: Canal writes every value as a string, but some producers (Flink CDC's Kafka sink)
+    write typed JSON values and no ``mysqlType``.
+    """
 
     def value(k: Column, v: Column) -> Column:
         t = F.try_element_at(types, k)
-        return F.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
+        declared = F.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
+        if json_image is None:
+            return declared
+        return F.when(t.isNull(), _untyped(F.try_element_at(json_image, k), v)).otherwise(declared)
 
     return F.transform_values(image, value)
 
@@ -240,6 +267,14 @@ def _row_texts(v: Column, null_rows_as_empty: bool) -> Column:
         return as_map
 
     return F.transform(F.try_variant_get(v, "$", "array<variant>"), row)
+
+
+def _row_values(v: Column) -> Column:
+    """A JSON array of row objects -> ``array<map<string,variant>>`` (the values as JSON typed them)."""
+    return F.transform(
+        F.try_variant_get(v, "$", "array<variant>"),
+        lambda e: F.try_variant_get(e, "$", "map<string,variant>"),
+    )
 
 
 def _not_rows(source: Column, texts: Column) -> Column:
@@ -304,10 +339,15 @@ class CanalJsonDecoder(Decoder):
             _row_texts(F.col("old_source"), True).alias("old_texts"),
         )
         types = F.col("types")
+
+        def typed_rows(texts: str, source: str) -> Column:
+            # zip_with pads the shorter array with nulls: an `old` entry that is JSON null has no values.
+            return F.zip_with(texts, _row_values(F.col(source)), lambda m, j: typed_image(m, types, j))
+
         staged = staged.select(
             "*",
-            F.transform("row_texts", lambda m: typed_image(m, types)).alias("row_typed"),
-            F.transform("old_texts", lambda m: typed_image(m, types)).alias("old_typed"),
+            typed_rows("row_texts", "rows_source").alias("row_typed"),
+            typed_rows("old_texts", "old_source").alias("old_typed"),
         )
         failed = lambda texts, typed: F.exists(  # noqa: E731
             F.zip_with(texts, typed, lambda a, b: F.coalesce(failed_conversions(a, b), F.lit(False))),

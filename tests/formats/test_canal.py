@@ -699,3 +699,80 @@ def test_a_column_added_back_after_a_drop_starts_empty(replay, tmp_path):
     metrics, tables = replay(FMT, write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n"))
     assert by_key(tables["db.t"], "id") == [{"id": 1, "note": None}, {"id": 2, "note": "new"}]
     assert_events_add_up(metrics)
+
+
+# --- untyped values keep their JSON type (issue 15, item 5) ------------------------------------------
+
+
+def _untyped_message(rows: list[str], op: str = "INSERT", old: str = "null") -> str:
+    # Written by hand: the JSON numbers must reach the decoder exactly as a producer writes them.
+    return (
+        f'{{"data":[{",".join(rows)}],"old":{old},"type":"{op}","database":"shop",'
+        '"table":"items","pkNames":["id"],"es":1697788899000,"id":2}'
+    )
+
+
+def test_untyped_json_numbers_keep_their_type_and_strings_their_text(spark, replay, tmp_path):
+    path = write(
+        tmp_path / "untyped.json",
+        "\n".join(
+            [
+                _untyped_message(
+                    [
+                        '{"id":1,"price":1.0,"qty":2,"ok":true,"label":"1.0","mixed":"abc","note":null}',
+                        '{"id":2,"price":3.14,"qty":-7,"ok":false,"label":"007","mixed":1.0,"note":"x"}',
+                    ]
+                ),
+                _untyped_message(
+                    ['{"id":3,"price":2.50,"qty":0,"ok":true,"label":"","mixed":2.5,"note":"y"}'],
+                ),
+            ]
+        )
+        + "\n",
+    )
+    events = decode(spark, path)
+    assert [e["after"] for e in events] == [
+        {"id": 1, "price": 1.0, "qty": 2, "ok": True, "label": "1.0", "mixed": "abc", "note": None},
+        {"id": 2, "price": 3.14, "qty": -7, "ok": False, "label": "007", "mixed": 1.0, "note": "x"},
+        {"id": 3, "price": 2.5, "qty": 0, "ok": True, "label": "", "mixed": 2.5, "note": "y"},
+    ]
+    assert [type(e["after"]["price"]) for e in events] == [float, float, float]
+
+    metrics, tables = replay(FMT, path)
+    assert tables == {
+        "shop.items": [
+            {"id": 1, "price": 1.0, "qty": 2, "ok": True, "label": "1.0", "mixed": "abc", "note": None},
+            {"id": 2, "price": 3.14, "qty": -7, "ok": False, "label": "007", "mixed": "1.0", "note": "x"},
+            {"id": 3, "price": 2.5, "qty": 0, "ok": True, "label": "", "mixed": "2.5", "note": "y"},
+        ]
+    }
+    types = {
+        f.name: f.dataType.simpleString()
+        for f in spark.read.parquet(metrics["tables"]["shop.items"]["path"]).schema
+    }
+    assert types == {
+        "id": "bigint",
+        "price": "double",
+        "qty": "bigint",
+        "ok": "boolean",
+        "label": "string",
+        "mixed": "string",
+        "note": "string",
+    }
+
+
+def test_an_update_of_untyped_values_keeps_the_unchanged_ones(replay, tmp_path):
+    path = write(
+        tmp_path / "untyped_update.json",
+        "\n".join(
+            [
+                _untyped_message(['{"id":1,"price":1.0,"qty":2}']),
+                _untyped_message(['{"id":1,"price":1.5,"qty":2}'], "UPDATE", '[{"price":1.0}]'),
+            ]
+        )
+        + "\n",
+    )
+    metrics, tables = replay(FMT, path)
+    assert tables == {"shop.items": [{"id": 1, "price": 1.5, "qty": 2}]}
+    assert metrics["events"]["applied"] == 2
+    assert_events_add_up(metrics)
