@@ -3,8 +3,9 @@
 An update carries only the changed columns in ``data`` and the row's old identifying values in
 ``key``: the after image is ``key`` overlaid with ``data`` (columns absent from both keep their
 value: partial image) and the before image is ``key``, so a key change moves the row. The Oracle
-row address ``meta.rowid`` is put into the images as column ``rowid`` so that ``--key rowid``
-works for tables without a key. ``UPDATE BEFORE`` / ``UPDATE AFTER`` pairs are joined inside their
+row address ``meta.rowid`` is no column of the source table: it is put into the images as column
+``rowid`` only where ``--key`` makes it the key (tables without a key) or ``--with-metadata`` asks
+for source metadata. ``UPDATE BEFORE`` / ``UPDATE AFTER`` pairs are joined inside their
 transaction: the AFTER event gets the BEFORE record's values as its before image and the BEFORE
 record itself is counted as ignored. ``DROP COLUMN`` is a DDL event whose ``before`` image names
 the dropped columns. Shareplex declares no types: values keep their JSON types.
@@ -130,6 +131,22 @@ def _empty() -> Column:
     return F.create_map().cast(_IMAGE)
 
 
+def rowid_wanted(options: DecodeOptions, table: Column) -> Column:
+    """Whether ``table``'s rows carry ``rowid``: under ``--with-metadata``, or when its key includes it.
+
+    The key is resolved as the engine resolves ``--key``: ``--key TABLE=COLS`` (the table's qualified
+    name or its last part) overrides the default ``--key COLS``, the last matching entry winning.
+    """
+    if options.with_metadata:
+        return F.lit(True)
+    wanted = F.lit(ROWID_COLUMN in options.key_columns)
+    for name, cols in options.table_keys.items():
+        wanted = F.when((table == name) | table.endswith("." + name), F.lit(ROWID_COLUMN in cols)).otherwise(
+            wanted
+        )
+    return F.coalesce(wanted, F.lit(False))
+
+
 class ShareplexJsonDecoder(Decoder):
     name = "shareplex-json"
     description = (
@@ -153,7 +170,9 @@ class ShareplexJsonDecoder(Decoder):
         seq = F.coalesce(meta["seq"].try_cast("bigint"), F.try_element_at(idx, F.lit(1)).try_cast("bigint"))
         size = F.coalesce(meta["size"].try_cast("bigint"), F.try_element_at(idx, F.lit(2)).try_cast("bigint"))
         fallback_table = F.lit(options.table).cast("string")
-        rowid = meta["rowid"]
+        table = F.coalesce(meta["table"], fallback_table)
+        # Only a rowid the rows carry may identify a row (a delete that names nothing else).
+        rowid = F.when(rowid_wanted(options, table), meta["rowid"])
         return parsed.select(
             "file",
             "file_pos",
@@ -163,7 +182,7 @@ class ShareplexJsonDecoder(Decoder):
             "bad",
             meta["op"].alias("op_text"),
             _op(meta["op"]).alias("op"),
-            F.coalesce(meta["table"], fallback_table).alias("table"),
+            table.alias("table"),
             meta["time"].alias("time_text"),
             event_millis(meta["time"]).alias("event_ms"),
             meta["scn"].try_cast("bigint").alias("scn"),
@@ -220,16 +239,17 @@ class ShareplexJsonDecoder(Decoder):
         )
         reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
 
+        # rowid goes last: the table's own columns keep their order before it.
         rowid_image = F.col("rowid_image")
         key_image = F.coalesce(key, _empty())
         data_image = F.coalesce(data, _empty())
         old_values = F.coalesce(F.col("paired_before"), _empty())
         identified = _overlay(old_values, key_image)  # what the record says the row was
         before = (
-            F.when(op == OP_DELETE, _overlay(rowid_image, _overlay(key_image, data_image)))
+            F.when(op == OP_DELETE, _overlay(_overlay(key_image, data_image), rowid_image))
             .when(
                 op.isin(OP_UPDATE, _AFTER) & (F.size(identified) + F.size(rowid_image) > 0),
-                _overlay(rowid_image, identified),
+                _overlay(identified, rowid_image),
             )
             # DROP COLUMN: the columns it removes, with no values.
             .when(
@@ -241,7 +261,7 @@ class ShareplexJsonDecoder(Decoder):
             )
         )
         after = F.when(
-            op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(rowid_image, _overlay(identified, data_image))
+            op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(_overlay(identified, data_image), rowid_image)
         )
         is_change = kind == KIND_CHANGE
         canonical_op = F.when(op.isin(_AFTER), F.lit(OP_UPDATE)).otherwise(op)
