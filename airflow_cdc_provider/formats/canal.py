@@ -57,11 +57,14 @@ from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
+ROW_TYPE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
     [
-        # Row arrays stay variants so a row that is not an object is diagnosed, not a parse failure.
-        StructField("data", VariantType()),
-        StructField("old", VariantType()),
+        # Rows as maps keep their columns in the order the message writes them (a variant object
+        # would sort them by name); a row that is not an object fails the parse and is diagnosed
+        # from the record's text (_rows_not_objects).
+        StructField("data", ArrayType(ROW_TYPE)),
+        StructField("old", ArrayType(ROW_TYPE)),
         StructField("database", StringType()),
         StructField("table", StringType()),
         StructField("type", StringType()),
@@ -249,37 +252,41 @@ def _overlay(base: Column, top: Column) -> Column:
     return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
 
 
-def _absent(v: Column) -> Column:
-    return v.isNull() | F.is_variant_null(v)
+def _row_texts(rows: Column, null_rows_as_empty: bool) -> Column:
+    """``array<map<string,variant>>`` rows -> ``array<map<string,string>>`` of their values as text.
 
-
-def _row_texts(v: Column, null_rows_as_empty: bool) -> Column:
-    """A JSON array of row objects -> ``array<map<string,string>>``.
-
-    Null when ``v`` is not an array; a null entry for an element that is not an object (a JSON
-    null entry becomes an empty row when ``null_rows_as_empty``: ``old`` has no values for that row).
+    A JSON null entry stays a null row (not an object), or becomes an empty row when
+    ``null_rows_as_empty``: ``old`` has no values for that row.
     """
 
-    def row(e: Column) -> Column:
-        as_map = F.try_variant_get(e, "$", _EMPTY_TEXT_MAP)
+    def row(m: Column) -> Column:
+        texts = F.transform_values(m, lambda k, v: F.try_variant_get(v, "$", "string"))
         if null_rows_as_empty:
-            return F.when(F.is_variant_null(e), F.create_map().cast(_EMPTY_TEXT_MAP)).otherwise(as_map)
-        return as_map
+            return F.when(m.isNull(), F.create_map().cast(_EMPTY_TEXT_MAP)).otherwise(texts)
+        return texts
 
-    return F.transform(F.try_variant_get(v, "$", "array<variant>"), row)
-
-
-def _row_values(v: Column) -> Column:
-    """A JSON array of row objects -> ``array<map<string,variant>>`` (the values as JSON typed them)."""
-    return F.transform(
-        F.try_variant_get(v, "$", "array<variant>"),
-        lambda e: F.try_variant_get(e, "$", "map<string,variant>"),
-    )
+    return F.transform(rows, row)
 
 
-def _not_rows(source: Column, texts: Column) -> Column:
-    """``source`` is present but is not an array of row objects."""
-    return ~_absent(source) & (texts.isNull() | F.exists(texts, lambda m: m.isNull()))
+def _not_rows(texts: Column) -> Column:
+    """Some entry of a row array is not an object (a JSON null row)."""
+    return F.coalesce(F.exists(texts, lambda m: m.isNull()), F.lit(False))
+
+
+def _rows_not_objects(text: Column) -> Column:
+    """For a record that failed to parse: is ``data`` or ``old`` something other than an array of objects?"""
+    v = F.try_parse_json(text)
+
+    def not_rows(path: str) -> Column:
+        value = F.variant_get(v, path, "variant")
+        kind = F.schema_of_variant(value)
+        elements = F.try_variant_get(value, "$", "array<variant>")
+        bad_element = F.exists(
+            elements, lambda e: ~F.substring(F.schema_of_variant(e), 1, 6).isin("OBJECT", "VOID")
+        )
+        return F.coalesce(~kind.isin("VOID") & (~kind.startswith("ARRAY") | bad_element), F.lit(False))
+
+    return not_rows("$.data") | not_rows("$.old")
 
 
 class CanalJsonDecoder(Decoder):
@@ -304,7 +311,7 @@ class CanalJsonDecoder(Decoder):
         is_ddl = F.coalesce(F.lower(F.trim(j["isDdl"])) == "true", F.lit(False))
         op = F.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
-        old_layout = (op == OP_DELETE) & _absent(j["data"]) & ~_absent(j["old"])
+        old_layout = (op == OP_DELETE) & j["data"].isNull() & j["old"].isNotNull()
         is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)
         return parsed.select(
             "file",
@@ -342,7 +349,7 @@ class CanalJsonDecoder(Decoder):
 
         def typed_rows(texts: str, source: str) -> Column:
             # zip_with pads the shorter array with nulls: an `old` entry that is JSON null has no values.
-            return F.zip_with(texts, _row_values(F.col(source)), lambda m, j: typed_image(m, types, j))
+            return F.zip_with(texts, F.col(source), lambda m, j: typed_image(m, types, j))
 
         staged = staged.select(
             "*",
@@ -367,6 +374,11 @@ class CanalJsonDecoder(Decoder):
         truncate = kind_type == _TRUNCATE
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                (F.col("bad") == Q_TYPE_MISMATCH) & _rows_not_objects(F.col("text")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
             (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
             (truncate & table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (truncate, KIND_CHANGE, ""),
@@ -378,8 +390,7 @@ class CanalJsonDecoder(Decoder):
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (F.col("es_text").isNotNull() & F.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (
-                _not_rows(F.col("rows_source"), F.col("row_texts"))
-                | _not_rows(F.col("old_source"), F.col("old_texts")),
+                _not_rows(F.col("row_texts")) | _not_rows(F.col("old_texts")),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

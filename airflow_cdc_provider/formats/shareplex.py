@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType, VariantType
+from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
@@ -46,9 +46,11 @@ _META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", 
 RECORD_SCHEMA = StructType(
     [
         StructField("meta", StructType([StructField(name, StringType()) for name in _META_FIELDS])),
-        # Images stay variants so an image that is not an object is diagnosed, not a parse failure.
-        StructField("data", VariantType()),
-        StructField("key", VariantType()),
+        # Images as maps keep their columns in the order the record writes them (a variant object
+        # would sort them by name); an image that is not an object fails the parse and is diagnosed
+        # from the record's text (_images_not_objects).
+        StructField("data", MapType(StringType(), VariantType())),
+        StructField("key", MapType(StringType(), VariantType())),
     ]
 )
 
@@ -119,12 +121,26 @@ def transaction_number(trans: Column) -> Column:
 
 
 def _overlay(base: Column, top: Column) -> Column:
-    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates)."""
-    return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
+    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates).
+
+    Replaced values keep their place in ``base`` and new columns follow, so an update's image keeps
+    the row's column order (the key's) rather than moving the changed columns to the end.
+    """
+    replaced = F.transform_values(
+        base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
+    )
+    return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
 
 
-def _absent(v: Column) -> Column:
-    return v.isNull() | F.is_variant_null(v)
+def _images_not_objects(text: Column) -> Column:
+    """For a record that failed to parse: is ``data`` or ``key`` something other than an object?"""
+    v = F.try_parse_json(text)
+
+    def not_object(path: str) -> Column:
+        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
+
+    return not_object("$.data") | not_object("$.key")
 
 
 def _empty() -> Column:
@@ -194,10 +210,10 @@ class ShareplexJsonDecoder(Decoder):
             F.when(rowid.isNotNull(), F.create_map(F.lit(ROWID_COLUMN), rowid.cast("variant")))
             .otherwise(_empty())
             .alias("rowid_image"),
-            (~_absent(data)).alias("has_data"),
-            (~_absent(key)).alias("has_key"),
-            F.try_variant_get(data, "$", _IMAGE).alias("data"),
-            F.try_variant_get(key, "$", _IMAGE).alias("key"),
+            data.isNotNull().alias("has_data"),
+            key.isNotNull().alias("has_key"),
+            data.alias("data"),
+            key.alias("key"),
         )
 
     @staticmethod
@@ -222,11 +238,15 @@ class ShareplexJsonDecoder(Decoder):
         has_data, has_key = F.col("has_data"), F.col("has_key")
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
             (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
             (F.col("op_text").isNull() | (F.trim(F.col("op_text")) == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            ((has_data & data.isNull()) | (has_key & key.isNull()), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
             (F.col("time_text").isNotNull() & F.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (op == _DROP_COLUMN, KIND_IGNORED, IGNORED_DDL),
             (op == _BEFORE, KIND_IGNORED, IGNORED_UPDATE_BEFORE),

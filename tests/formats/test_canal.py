@@ -776,3 +776,61 @@ def test_an_update_of_untyped_values_keeps_the_unchanged_ones(replay, tmp_path):
     assert tables == {"shop.items": [{"id": 1, "price": 1.5, "qty": 2}]}
     assert metrics["events"]["applied"] == 2
     assert_events_add_up(metrics)
+
+
+# --- column order (issue 15, item 1) -----------------------------------------------------------------
+
+
+def after_columns(spark, path: Path) -> list[list[str]]:
+    """The after image's columns in map order, per event (collecting a map to Python loses its order)."""
+    from pyspark.sql import functions as F
+
+    from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+    from airflow_cdc_provider.formats.landed_files import list_landed_files
+
+    events = get_decoder(FMT).decode(spark, list_landed_files(spark, [str(path)]), DecodeOptions())
+    ordered = events.orderBy("file", "file_pos", "sub_pos").select(F.map_keys("after").alias("cols"))
+    return [list(r["cols"]) for r in ordered.collect()]
+
+
+def test_columns_keep_the_order_the_messages_write_them(spark, replay, tmp_path):
+    declared = {
+        "data": [{"zeta": "1", "id": "10", "amount": "2.50", "Name": "a"}],
+        "old": None,
+        "type": "INSERT",
+        "database": "shop",
+        "table": "typed",
+        "pkNames": ["id"],
+        "es": 1697788899000,
+        "id": 1,
+        # mysqlType declares the table's order; the row writes its values in another one.
+        "mysqlType": {"id": "int(11)", "Name": "varchar(20)", "zeta": "int(11)", "amount": "decimal(10,2)"},
+    }
+    path = write(
+        tmp_path / "order.json",
+        "\n".join(
+            [
+                _untyped_message(['{"zeta":1,"id":1,"b":"x","a":2.5}']),
+                # A later row adds a column at the end and leaves one out.
+                _untyped_message(['{"zeta":2,"id":2,"a":3.5,"late":true}']),
+                json.dumps(declared),
+            ]
+        )
+        + "\n",
+    )
+    assert after_columns(spark, path) == [
+        ["zeta", "id", "b", "a"],
+        ["zeta", "id", "a", "late"],
+        ["zeta", "id", "amount", "Name"],
+    ]
+    metrics, tables = replay(FMT, path)
+
+    def columns(table):
+        return spark.read.parquet(metrics["tables"][table]["path"]).columns
+
+    assert columns("shop.items") == ["zeta", "id", "b", "a", "late"]
+    assert columns("shop.typed") == ["id", "Name", "zeta", "amount"]
+    assert tables["shop.items"] == [
+        {"zeta": 1, "id": 1, "b": "x", "a": 2.5, "late": None},
+        {"zeta": 2, "id": 2, "b": None, "a": 3.5, "late": True},
+    ]

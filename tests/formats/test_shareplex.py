@@ -502,3 +502,21 @@ def test_key_change_carries_the_row_as_it_stood_just_before_the_move(replay, tmp
     ]
     assert metrics["tables"]["S.MOVE"]["inserts"] == 2 and metrics["tables"]["S.MOVE"]["updates"] == 3
     assert_events_add_up(metrics)
+
+
+def test_columns_keep_the_order_the_records_write_them(spark, replay, tmp_path):
+    lines = [
+        rec("ins", {"ZCODE": "z", "ID": "1", "AMOUNT": 5}, scn=1),
+        # A partial update: key is the old row, data the changed columns; a new column comes last.
+        rec("upd", {"NOTE": "n", "AMOUNT": 6}, {"ZCODE": "z", "ID": "1", "AMOUNT": 5}, scn=2),
+        rec("ins", {"ZCODE": "y", "ID": "2", "AMOUNT": 7}, scn=3),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    metrics, tables = replay(FMT, path, key="ID")
+    assert spark.read.parquet(metrics["tables"]["S.T"]["path"]).columns == ["ZCODE", "ID", "AMOUNT", "NOTE"]
+    assert tables == {
+        "S.T": [
+            {"ZCODE": "z", "ID": "1", "AMOUNT": 6, "NOTE": "n"},
+            {"ZCODE": "y", "ID": "2", "AMOUNT": 7, "NOTE": None},
+        ]
+    }
