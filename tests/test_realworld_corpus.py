@@ -122,6 +122,30 @@ def _key_text(v) -> str:
     return str(v)
 
 
+def _declared_order(expected: dict) -> list[str] | None:
+    """The column order the capture declares for the case's table, from its last declaring record.
+
+    Debezium: the schema block's ``after`` fields; Canal: ``mysqlType``. None when nothing declares one.
+    """
+    order = None
+    for rel in expected["inputs"]:
+        for line in (REALWORLD / rel).read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(record, dict):
+                continue
+            if expected["format"] == "canal-json":
+                if record.get("table") == expected["table"] and record.get("mysqlType"):
+                    order = list(record["mysqlType"])
+            elif isinstance(record.get("schema"), dict):
+                for f in record["schema"].get("fields") or []:
+                    if f.get("field") == "after" and f.get("fields"):
+                        order = [c["field"] for c in f["fields"]]
+    return order
+
+
 def _table_of(metrics: dict, name: str) -> str:
     found = [t for t in metrics["tables"] if t == name or t.endswith("." + name)]
     assert len(found) == 1, f"table {name} in {sorted(metrics['tables'])}"
@@ -157,6 +181,10 @@ def test_realworld_case_rebuilds_exactly(replay, spark, case):
                 mismatches.append((tuple(want[c] for c in key_columns), col, value, got[col]))
     assert mismatches == []
     assert metrics["tables"][table]["rows"] == len(expected["rows"])
+    declared = _declared_order(expected)
+    if declared is not None:
+        # The source declares its column order: the snapshot has it.
+        assert spark.read.parquet(metrics["tables"][table]["path"]).columns == declared
 
 
 # --- the comparison itself: a check that cannot fail is no check ------------------------------------

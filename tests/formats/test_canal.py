@@ -220,11 +220,14 @@ def typed_rows(raw_rows: list[dict], casts: dict) -> list[dict]:
     return [{k: None if v is None else casts[k](v) for k, v in r.items()} for r in raw_rows]
 
 
-def test_flink_canal_data(replay):
+def test_flink_canal_data(replay, spark):
     path = CONFORMANCE / "flink" / "canal-data.txt"
     expected = json.loads((CONFORMANCE / "flink" / "canal-data.expected.json").read_text())
     metrics, tables = replay(FMT, path)
     assert list(tables) == ["inventory.products2"]
+    # mysqlType's order, the source table's.
+    columns = spark.read.parquet(metrics["tables"]["inventory.products2"]["path"]).columns
+    assert columns == ["id", "name", "description", "weight"]
     assert by_key(tables["inventory.products2"], "id") == by_key(
         typed_rows(expected["rows"], FLINK_TYPES), "id"
     )
