@@ -48,6 +48,8 @@ def test_flink_debezium_files(replay, spark, name, table):
     schema = {
         f.name: f.dataType.simpleString() for f in spark.read.parquet(metrics["tables"][table]["path"]).schema
     }
+    # The source table's column order: the schema block's field order, else the order the values are written.
+    assert list(schema) == columns
     floats = [c for c, t in schema.items() if t == "float"]
     assert _normalise(tables[table], columns, floats) == _normalise(expected["rows"], columns, floats)
     assert metrics["rows"] == expected["row_count"] == 10

@@ -21,6 +21,8 @@ class DecodeOptions:
     schema/table fields). ``binary_as_text`` decodes Base64 values of Lindorm HBase tables as UTF-8
     text instead of binary. ``context_files`` are files an incremental run does not decode (its
     base applied them) but that may hold what decoding the others needs (Qlik's MD messages).
+    ``with_metadata`` is ``--with-metadata``: a decoder may then keep source metadata a row does
+    not otherwise carry (Shareplex's ``rowid``).
     """
 
     key_columns: tuple[str, ...] = ()
@@ -28,6 +30,7 @@ class DecodeOptions:
     table: str | None = None
     binary_as_text: bool = False
     context_files: tuple[LandedFile, ...] = ()
+    with_metadata: bool = False
 
 
 class Decoder(ABC):

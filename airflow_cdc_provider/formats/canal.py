@@ -1,9 +1,10 @@
 """Canal JSON (flat messages) as Alibaba DTS and open-source Canal write them.
 
 One message carries several rows of one table: ``data[i]`` is row i after the change and
-``old[i]`` holds the previous values of only the columns that changed. Every value arrives as a
-JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
-values are typed here. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
+``old[i]`` holds the previous values of only the columns that changed. Canal writes every value as
+a JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
+values are typed here. A column no type declares keeps its JSON type (Flink CDC's Kafka sink writes
+typed JSON values and no ``mysqlType``): ``1.0`` stays the double 1.0, never the text ``"1"``. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
 leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
 an ``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.ddl``).
 
@@ -56,11 +57,14 @@ from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
+ROW_TYPE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
     [
-        # Row arrays stay variants so a row that is not an object is diagnosed, not a parse failure.
-        StructField("data", VariantType()),
-        StructField("old", VariantType()),
+        # Rows as maps keep their columns in the order the message writes them (a variant object
+        # would sort them by name); a row that is not an object fails the parse and is diagnosed
+        # from the record's text (_rows_not_objects).
+        StructField("data", ArrayType(ROW_TYPE)),
+        StructField("old", ArrayType(ROW_TYPE)),
         StructField("database", StringType()),
         StructField("table", StringType()),
         StructField("type", StringType()),
@@ -207,12 +211,38 @@ def _latin1_bytes(text: Column) -> Column:
     return F.when(latin1, F.encode(text, "ISO-8859-1")).otherwise(F.try_to_binary(text, F.lit("utf-8")))
 
 
-def typed_image(image: Column, types: Column) -> Column:
-    """``map<string,string>`` row -> ``map<string,variant>`` of typed values."""
+def _untyped(json_value: Column, text: Column) -> Column:
+    """A value no type declares keeps its JSON type: a number stays a number, a boolean a boolean.
+
+    Spark's JSON parser holds a number with a fraction as an exact decimal without trailing zeros
+    (``1.0`` as ``1``); as a double it keeps the JSON meaning (and renders as ``1.0``, not ``1``).
+    Strings keep their exact text; objects and arrays are kept as their JSON text, as before.
+    """
+    kind = F.schema_of_variant(json_value)
+    integral = kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT") | (kind == "BOOLEAN")
+    fractional = kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
+    return (
+        F.when(text.isNull(), F.lit(None).cast("variant"))
+        .when(integral, json_value)
+        .when(fractional, F.try_variant_get(json_value, "$", "double").cast("variant"))
+        .otherwise(text.cast("variant"))
+    )
+
+
+def typed_image(image: Column, types: Column, json_image: Column | None = None) -> Column:
+    """``map<string,string>`` row -> ``map<string,variant>`` of typed values.
+
+    ``json_image`` (the same row as parsed JSON values) gives the values of columns whose type is
+    not declared: Canal writes every value as a string, but some producers (Flink CDC's Kafka sink)
+    write typed JSON values and no ``mysqlType``.
+    """
 
     def value(k: Column, v: Column) -> Column:
         t = F.try_element_at(types, k)
-        return F.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
+        declared = F.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
+        if json_image is None:
+            return declared
+        return F.when(t.isNull(), _untyped(F.try_element_at(json_image, k), v)).otherwise(declared)
 
     return F.transform_values(image, value)
 
@@ -222,29 +252,41 @@ def _overlay(base: Column, top: Column) -> Column:
     return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
 
 
-def _absent(v: Column) -> Column:
-    return v.isNull() | F.is_variant_null(v)
+def _row_texts(rows: Column, null_rows_as_empty: bool) -> Column:
+    """``array<map<string,variant>>`` rows -> ``array<map<string,string>>`` of their values as text.
 
-
-def _row_texts(v: Column, null_rows_as_empty: bool) -> Column:
-    """A JSON array of row objects -> ``array<map<string,string>>``.
-
-    Null when ``v`` is not an array; a null entry for an element that is not an object (a JSON
-    null entry becomes an empty row when ``null_rows_as_empty``: ``old`` has no values for that row).
+    A JSON null entry stays a null row (not an object), or becomes an empty row when
+    ``null_rows_as_empty``: ``old`` has no values for that row.
     """
 
-    def row(e: Column) -> Column:
-        as_map = F.try_variant_get(e, "$", _EMPTY_TEXT_MAP)
+    def row(m: Column) -> Column:
+        texts = F.transform_values(m, lambda k, v: F.try_variant_get(v, "$", "string"))
         if null_rows_as_empty:
-            return F.when(F.is_variant_null(e), F.create_map().cast(_EMPTY_TEXT_MAP)).otherwise(as_map)
-        return as_map
+            return F.when(m.isNull(), F.create_map().cast(_EMPTY_TEXT_MAP)).otherwise(texts)
+        return texts
 
-    return F.transform(F.try_variant_get(v, "$", "array<variant>"), row)
+    return F.transform(rows, row)
 
 
-def _not_rows(source: Column, texts: Column) -> Column:
-    """``source`` is present but is not an array of row objects."""
-    return ~_absent(source) & (texts.isNull() | F.exists(texts, lambda m: m.isNull()))
+def _not_rows(texts: Column) -> Column:
+    """Some entry of a row array is not an object (a JSON null row)."""
+    return F.coalesce(F.exists(texts, lambda m: m.isNull()), F.lit(False))
+
+
+def _rows_not_objects(text: Column) -> Column:
+    """For a record that failed to parse: is ``data`` or ``old`` something other than an array of objects?"""
+    v = F.try_parse_json(text)
+
+    def not_rows(path: str) -> Column:
+        value = F.variant_get(v, path, "variant")
+        kind = F.schema_of_variant(value)
+        elements = F.try_variant_get(value, "$", "array<variant>")
+        bad_element = F.exists(
+            elements, lambda e: ~F.substring(F.schema_of_variant(e), 1, 6).isin("OBJECT", "VOID")
+        )
+        return F.coalesce(~kind.isin("VOID") & (~kind.startswith("ARRAY") | bad_element), F.lit(False))
+
+    return not_rows("$.data") | not_rows("$.old")
 
 
 class CanalJsonDecoder(Decoder):
@@ -269,7 +311,7 @@ class CanalJsonDecoder(Decoder):
         is_ddl = F.coalesce(F.lower(F.trim(j["isDdl"])) == "true", F.lit(False))
         op = F.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
-        old_layout = (op == OP_DELETE) & _absent(j["data"]) & ~_absent(j["old"])
+        old_layout = (op == OP_DELETE) & j["data"].isNull() & j["old"].isNotNull()
         is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)
         return parsed.select(
             "file",
@@ -304,10 +346,15 @@ class CanalJsonDecoder(Decoder):
             _row_texts(F.col("old_source"), True).alias("old_texts"),
         )
         types = F.col("types")
+
+        def typed_rows(texts: str, source: str) -> Column:
+            # zip_with pads the shorter array with nulls: an `old` entry that is JSON null has no values.
+            return F.zip_with(texts, F.col(source), lambda m, j: typed_image(m, types, j))
+
         staged = staged.select(
             "*",
-            F.transform("row_texts", lambda m: typed_image(m, types)).alias("row_typed"),
-            F.transform("old_texts", lambda m: typed_image(m, types)).alias("old_typed"),
+            typed_rows("row_texts", "rows_source").alias("row_typed"),
+            typed_rows("old_texts", "old_source").alias("old_typed"),
         )
         failed = lambda texts, typed: F.exists(  # noqa: E731
             F.zip_with(texts, typed, lambda a, b: F.coalesce(failed_conversions(a, b), F.lit(False))),
@@ -327,6 +374,11 @@ class CanalJsonDecoder(Decoder):
         truncate = kind_type == _TRUNCATE
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                (F.col("bad") == Q_TYPE_MISMATCH) & _rows_not_objects(F.col("text")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
             (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
             (truncate & table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (truncate, KIND_CHANGE, ""),
@@ -338,8 +390,7 @@ class CanalJsonDecoder(Decoder):
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (F.col("es_text").isNotNull() & F.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (
-                _not_rows(F.col("rows_source"), F.col("row_texts"))
-                | _not_rows(F.col("old_source"), F.col("old_texts")),
+                _not_rows(F.col("row_texts")) | _not_rows(F.col("old_texts")),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

@@ -68,7 +68,9 @@ _SOURCE = StructType(
             ("file", StringType()),
             ("pos", LongType()),
             ("row", IntegerType()),
-            ("lsn", LongType()),
+            # Text, not bigint: PostgreSQL LSNs are unsigned 64-bit, and a value outside the bigint
+            # range must not make the whole record a type mismatch (see _lsn_position).
+            ("lsn", StringType()),
             ("scn", StringType()),
             ("commit_scn", StringType()),
             ("change_lsn", StringType()),
@@ -124,11 +126,40 @@ def _qualified_table(src: Column) -> Column:
     )
 
 
+_TWO_POW_63 = 2**63
+_TWO_POW_64 = 2**64
+
+
+def _lsn_position(lsn_text: Column) -> Column:
+    """A PostgreSQL LSN (unsigned 64-bit, as JSON number or text) -> a position that orders as the source means.
+
+    An LSN below 2^63 is ``[lsn]``, as before; one at or above 2^63 is ``[2^63 - 1, lsn - 2^63]``,
+    which sorts after every smaller LSN (a longer array with an equal prefix sorts later). A value
+    that is no unsigned 64-bit integer (e.g. ``-9223372036854776000``, Long.MIN_VALUE printed
+    through a double) gives null: the record is then ordered by event time and file position,
+    never quarantined.
+    """
+    exact = lsn_text.try_cast("decimal(38,6)")
+    readable = (
+        exact.isNotNull()
+        & (exact >= F.lit(0))
+        & (exact < F.lit(str(_TWO_POW_64)).cast("decimal(20,0)"))
+        & (exact == F.floor(exact))
+    )
+    unsigned = exact.cast("decimal(20,0)")
+    high = F.lit(str(_TWO_POW_63)).cast("decimal(20,0)")
+    return (
+        F.when(~readable, F.lit(None).cast("array<bigint>"))
+        .when(unsigned < high, F.array(unsigned.cast("bigint")))
+        .otherwise(F.array(F.lit(_TWO_POW_63 - 1).cast("bigint"), (unsigned - high).cast("bigint")))
+    )
+
+
 def _log_position(src: Column) -> Column:
     binlog_number = F.regexp_extract(src["file"], r"(\d+)$", 1).try_cast("bigint")
     sqlserver = F.transform(F.split(src["change_lsn"], ":"), lambda p: F.conv(p, 16, 10).try_cast("bigint"))
     return (
-        F.when(src["lsn"].isNotNull(), F.array(src["lsn"]))
+        F.when(src["lsn"].isNotNull(), _lsn_position(src["lsn"]))
         .when(
             src["scn"].isNotNull(),
             F.array(src["scn"].try_cast("bigint"), src["commit_scn"].try_cast("bigint")),

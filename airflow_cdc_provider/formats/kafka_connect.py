@@ -146,6 +146,38 @@ def _decimal_from_base64(b64: Column, scale: Column) -> Column:
     return let(unscaled, lambda u: F.when(u.isNotNull(), F.try_parse_json(to_text(u))))
 
 
+_NUMBER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT", "DECIMAL", "DOUBLE", "FLOAT")
+# Padded standard Base64, as Kafka Connect's JsonConverter writes ``bytes`` (decimal.format=BASE64).
+_BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def _is_number(v: Column) -> Column:
+    kind = F.schema_of_variant(v)
+    return F.exists(F.array(*[F.lit(k) for k in _NUMBER_KINDS]), lambda k: kind.startswith(k))
+
+
+def _decimal_value(v: Column, scale: Column) -> Column:
+    """A ``org.apache.kafka.connect.data.Decimal`` value in any of its JSON encodings -> exact decimal variant.
+
+    - Base64 text of the two's-complement unscaled bytes (``decimal.format=BASE64``, the default);
+    - a JSON number (``decimal.format=NUMERIC``, KIP-481): its digits as written, never via a double;
+    - a JSON string holding a number (``"12.50"``), as CDL and some sinks write decimals.
+    A string that is valid padded Base64 is read as Base64 (the Connect encoding of ``bytes``), so an
+    all-digit text whose length is a multiple of 4 (``"1234"``) decodes as bytes, as Connect's own
+    converter would. Anything else gives null (the record is quarantined).
+    """
+    text = F.try_variant_get(v, "$", "string")
+    # Re-parsing the number's text keeps every digit: JSON numbers land as exact decimals, and a
+    # value the parser held as a double (exponent form) becomes a decimal when its text is one.
+    as_number = let(F.try_parse_json(F.trim(text)), lambda n: F.when(_is_number(n), n))
+    is_string = F.schema_of_variant(v) == "STRING"
+    return (
+        F.when(_is_number(v), as_number)
+        .when(is_string & text.rlike(_BASE64), _decimal_from_base64(text, scale))
+        .when(is_string, as_number)
+    )
+
+
 def _time_text(micros: Column) -> Column:
     return F.date_format(F.timestamp_micros(micros), "HH:mm:ss.SSSSSS")
 
@@ -169,13 +201,11 @@ def convert_value(v: Column, codec: Column) -> Column:
         .when(codec == "time_ms", _time_text(as_long * 1000).cast("variant"))
         .when(codec == "time_us", _time_text(as_long).cast("variant"))
         .when(codec == "time_ns", _time_text(F.floor(as_long / 1000)).cast("variant"))
+        .when(codec.startswith("decimal:"), _decimal_value(v, decimal_scale.cast("int")))
         .when(
-            codec.startswith("decimal:") | (codec == "vsdecimal"),
+            codec == "vsdecimal",
             _decimal_from_base64(
-                F.when(codec == "vsdecimal", F.try_variant_get(v, "$.value", "string")).otherwise(as_text),
-                F.when(codec == "vsdecimal", F.try_variant_get(v, "$.scale", "int")).otherwise(
-                    decimal_scale.cast("int")
-                ),
+                F.try_variant_get(v, "$.value", "string"), F.try_variant_get(v, "$.scale", "int")
             ),
         )
         .otherwise(v)

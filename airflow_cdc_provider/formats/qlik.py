@@ -196,12 +196,21 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     records = read_records(spark, files).where(F.instr(text, '"MD"') > 0)
     j = F.from_json(text, _MD_SCHEMA)
     m = F.col("j.message")
-    columns = F.transform_values(
+    described = F.transform_values(
         F.try_variant_get(m["tableStructure"]["tableColumns"], "$", f"map<string,{_COLUMN}>"),
         lambda name, c: F.struct(
             c["ordinal"].alias("ordinal"), spark_type(c).alias("type"), c["primaryKeyPosition"].alias("pk")
         ),
     )
+    # In ordinal order, the table's own (a JSON object read as a variant comes back sorted by name):
+    # the snapshot's columns follow this map's order.
+    by_ordinal = F.array_sort(
+        F.transform(
+            F.map_entries(described),
+            lambda e: F.struct(e["value"]["ordinal"].alias("o"), e["key"].alias("k"), e["value"].alias("v")),
+        )
+    )
+    columns = F.map_from_entries(F.transform(by_ordinal, lambda x: F.struct(x["k"], x["v"])))
     md = (
         records.select("file", "file_pos", j.alias("j"))
         .where(F.col("j.type") == "MD")

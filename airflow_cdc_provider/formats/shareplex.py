@@ -3,8 +3,9 @@
 An update carries only the changed columns in ``data`` and the row's old identifying values in
 ``key``: the after image is ``key`` overlaid with ``data`` (columns absent from both keep their
 value: partial image) and the before image is ``key``, so a key change moves the row. The Oracle
-row address ``meta.rowid`` is put into the images as column ``rowid`` so that ``--key rowid``
-works for tables without a key. ``UPDATE BEFORE`` / ``UPDATE AFTER`` pairs are joined inside their
+row address ``meta.rowid`` is no column of the source table: it is put into the images as column
+``rowid`` only where ``--key`` makes it the key (tables without a key) or ``--with-metadata`` asks
+for source metadata. ``UPDATE BEFORE`` / ``UPDATE AFTER`` pairs are joined inside their
 transaction: the AFTER event gets the BEFORE record's values as its before image and the BEFORE
 record itself is counted as ignored. ``DROP COLUMN`` is a DDL event whose ``before`` image names
 the dropped columns. Shareplex declares no types: values keep their JSON types.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType, VariantType
+from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
@@ -45,9 +46,11 @@ _META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", 
 RECORD_SCHEMA = StructType(
     [
         StructField("meta", StructType([StructField(name, StringType()) for name in _META_FIELDS])),
-        # Images stay variants so an image that is not an object is diagnosed, not a parse failure.
-        StructField("data", VariantType()),
-        StructField("key", VariantType()),
+        # Images as maps keep their columns in the order the record writes them (a variant object
+        # would sort them by name); an image that is not an object fails the parse and is diagnosed
+        # from the record's text (_images_not_objects).
+        StructField("data", MapType(StringType(), VariantType())),
+        StructField("key", MapType(StringType(), VariantType())),
     ]
 )
 
@@ -118,16 +121,46 @@ def transaction_number(trans: Column) -> Column:
 
 
 def _overlay(base: Column, top: Column) -> Column:
-    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates)."""
-    return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
+    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates).
+
+    Replaced values keep their place in ``base`` and new columns follow, so an update's image keeps
+    the row's column order (the key's) rather than moving the changed columns to the end.
+    """
+    replaced = F.transform_values(
+        base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
+    )
+    return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
 
 
-def _absent(v: Column) -> Column:
-    return v.isNull() | F.is_variant_null(v)
+def _images_not_objects(text: Column) -> Column:
+    """For a record that failed to parse: is ``data`` or ``key`` something other than an object?"""
+    v = F.try_parse_json(text)
+
+    def not_object(path: str) -> Column:
+        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
+
+    return not_object("$.data") | not_object("$.key")
 
 
 def _empty() -> Column:
     return F.create_map().cast(_IMAGE)
+
+
+def rowid_wanted(options: DecodeOptions, table: Column) -> Column:
+    """Whether ``table``'s rows carry ``rowid``: under ``--with-metadata``, or when its key includes it.
+
+    The key is resolved as the engine resolves ``--key``: ``--key TABLE=COLS`` (the table's qualified
+    name or its last part) overrides the default ``--key COLS``, the last matching entry winning.
+    """
+    if options.with_metadata:
+        return F.lit(True)
+    wanted = F.lit(ROWID_COLUMN in options.key_columns)
+    for name, cols in options.table_keys.items():
+        wanted = F.when((table == name) | table.endswith("." + name), F.lit(ROWID_COLUMN in cols)).otherwise(
+            wanted
+        )
+    return F.coalesce(wanted, F.lit(False))
 
 
 class ShareplexJsonDecoder(Decoder):
@@ -153,7 +186,9 @@ class ShareplexJsonDecoder(Decoder):
         seq = F.coalesce(meta["seq"].try_cast("bigint"), F.try_element_at(idx, F.lit(1)).try_cast("bigint"))
         size = F.coalesce(meta["size"].try_cast("bigint"), F.try_element_at(idx, F.lit(2)).try_cast("bigint"))
         fallback_table = F.lit(options.table).cast("string")
-        rowid = meta["rowid"]
+        table = F.coalesce(meta["table"], fallback_table)
+        # Only a rowid the rows carry may identify a row (a delete that names nothing else).
+        rowid = F.when(rowid_wanted(options, table), meta["rowid"])
         return parsed.select(
             "file",
             "file_pos",
@@ -163,7 +198,7 @@ class ShareplexJsonDecoder(Decoder):
             "bad",
             meta["op"].alias("op_text"),
             _op(meta["op"]).alias("op"),
-            F.coalesce(meta["table"], fallback_table).alias("table"),
+            table.alias("table"),
             meta["time"].alias("time_text"),
             event_millis(meta["time"]).alias("event_ms"),
             meta["scn"].try_cast("bigint").alias("scn"),
@@ -175,10 +210,10 @@ class ShareplexJsonDecoder(Decoder):
             F.when(rowid.isNotNull(), F.create_map(F.lit(ROWID_COLUMN), rowid.cast("variant")))
             .otherwise(_empty())
             .alias("rowid_image"),
-            (~_absent(data)).alias("has_data"),
-            (~_absent(key)).alias("has_key"),
-            F.try_variant_get(data, "$", _IMAGE).alias("data"),
-            F.try_variant_get(key, "$", _IMAGE).alias("key"),
+            data.isNotNull().alias("has_data"),
+            key.isNotNull().alias("has_key"),
+            data.alias("data"),
+            key.alias("key"),
         )
 
     @staticmethod
@@ -203,11 +238,15 @@ class ShareplexJsonDecoder(Decoder):
         has_data, has_key = F.col("has_data"), F.col("has_key")
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
             (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
             (F.col("op_text").isNull() | (F.trim(F.col("op_text")) == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            ((has_data & data.isNull()) | (has_key & key.isNull()), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
             (F.col("time_text").isNotNull() & F.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (op == _DROP_COLUMN, KIND_IGNORED, IGNORED_DDL),
             (op == _BEFORE, KIND_IGNORED, IGNORED_UPDATE_BEFORE),
@@ -220,16 +259,17 @@ class ShareplexJsonDecoder(Decoder):
         )
         reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
 
+        # rowid goes last: the table's own columns keep their order before it.
         rowid_image = F.col("rowid_image")
         key_image = F.coalesce(key, _empty())
         data_image = F.coalesce(data, _empty())
         old_values = F.coalesce(F.col("paired_before"), _empty())
         identified = _overlay(old_values, key_image)  # what the record says the row was
         before = (
-            F.when(op == OP_DELETE, _overlay(rowid_image, _overlay(key_image, data_image)))
+            F.when(op == OP_DELETE, _overlay(_overlay(key_image, data_image), rowid_image))
             .when(
                 op.isin(OP_UPDATE, _AFTER) & (F.size(identified) + F.size(rowid_image) > 0),
-                _overlay(rowid_image, identified),
+                _overlay(identified, rowid_image),
             )
             # DROP COLUMN: the columns it removes, with no values.
             .when(
@@ -241,7 +281,7 @@ class ShareplexJsonDecoder(Decoder):
             )
         )
         after = F.when(
-            op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(rowid_image, _overlay(identified, data_image))
+            op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(_overlay(identified, data_image), rowid_image)
         )
         is_change = kind == KIND_CHANGE
         canonical_op = F.when(op.isin(_AFTER), F.lit(OP_UPDATE)).otherwise(op)

@@ -120,6 +120,58 @@ def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
     return [(r["table"], r["col"], r["vtype"], r["pos"]) for r in rows]
 
 
+def _inferred_and_sequences(
+    resolved: DataFrame,
+) -> tuple[list[tuple[str, str, str, int]], dict[str, list[list[str]]]]:
+    """``inferred_columns`` and, per table, the distinct column sequences of the final rows (one job)."""
+    final = resolved.where(F.col("exists"))
+    per_column = (
+        final.select("table", F.posexplode(F.map_keys("image")).alias("pos", "col"), "image")
+        .select("table", "col", "pos", F.col("image")[F.col("col")].alias("v"))
+        .groupBy("table", "col")
+        .agg(F.schema_of_variant_agg("v").alias("vtype"), F.min("pos").alias("pos"))
+        .select("table", "col", "vtype", "pos", F.lit(None).cast("array<string>").alias("cols"))
+    )
+    sequences = (
+        final.select("table", F.map_keys("image").alias("cols"))
+        .distinct()
+        .select(
+            "table",
+            F.lit(None).cast("string").alias("col"),
+            F.lit(None).cast("string").alias("vtype"),
+            F.lit(None).cast("int").alias("pos"),
+            "cols",
+        )
+    )
+    inferred: list[tuple[str, str, str, int]] = []
+    seqs: dict[str, list[list[str]]] = {}
+    for r in per_column.unionByName(sequences).collect():
+        if r["cols"] is None:
+            inferred.append((r["table"], r["col"], r["vtype"], r["pos"]))
+        else:
+            seqs.setdefault(r["table"], []).append(list(r["cols"]))
+    return inferred, seqs
+
+
+def merge_column_order(order: list[str], sequence: list[str]) -> None:
+    """Add the columns of ``sequence`` that ``order`` lacks, each right after the column before it.
+
+    A column with no known column before it goes first. So a column a later row (or a DDL) adds
+    between two others lands between them, and one added at the end lands last.
+    """
+    placed = set(order)
+    for i, col in enumerate(sequence):
+        if col in placed:
+            continue
+        at = 0
+        for prev in reversed(sequence[:i]):
+            if prev in placed:
+                at = order.index(prev) + 1
+                break
+        order.insert(at, col)
+        placed.add(col)
+
+
 def key_columns_of(resolved: DataFrame) -> dict[str, list[str]]:
     """The key column names each table was folded by (for tables whose rows are all gone)."""
     rows = (
@@ -156,6 +208,11 @@ def table_schemas(
 ) -> dict[str, TableSchema]:
     """Merge declared and inferred types into one ordered schema per table.
 
+    Column order: the order the format declares (a schema block's fields, mysqlType, ...), the
+    longest declaration first; columns no declaration names follow the order the rows write them
+    (``merge_column_order`` over the distinct column sequences of the final rows, longest first).
+    The same input always gives the same order.
+
     A table none of whose rows survive and that declares no types still gets its key columns
     (as strings), so its snapshot is an empty table rather than a missing one.
     """
@@ -177,11 +234,17 @@ def table_schemas(
                     f"or cast the column at the source."
                 )
             columns[col] = merged
-    inferred = sorted(inferred_columns(resolved), key=lambda r: (r[0], r[3], r[1]))
-    for table, col, vtype, _pos in inferred:
-        columns = schemas.setdefault(table, TableSchema()).columns
-        if col not in columns:
-            columns[col] = _inferred(vtype)
+    inferred, sequences = _inferred_and_sequences(resolved)
+    inferred_types = {(table, col): vtype for table, col, vtype, _pos in inferred}
+    for table, seqs in sorted(sequences.items()):
+        schema = schemas.setdefault(table, TableSchema())
+        order = list(schema.columns)
+        for seq in sorted(seqs, key=lambda q: (-len(q), q)):
+            merge_column_order(order, seq)
+        schema.columns = OrderedDict(
+            (col, schema.columns[col] if col in schema.columns else _inferred(inferred_types[(table, col)]))
+            for col in order
+        )
     # A dropped column stays only where a row still holds a value written after the drop.
     holding = {(table, col) for table, col, _vtype, _pos in inferred}
     for table, cols in inputs.dropped.items():

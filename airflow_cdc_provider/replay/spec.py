@@ -52,6 +52,7 @@ class SnapshotSpec:
             table_keys=dict(keys.per_table),
             table=given.table,
             binary_as_text=given.binary_as_text,
+            with_metadata=args.with_metadata,
         )
         return cls(
             source_format=args.source_format,

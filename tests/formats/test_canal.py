@@ -220,11 +220,14 @@ def typed_rows(raw_rows: list[dict], casts: dict) -> list[dict]:
     return [{k: None if v is None else casts[k](v) for k, v in r.items()} for r in raw_rows]
 
 
-def test_flink_canal_data(replay):
+def test_flink_canal_data(replay, spark):
     path = CONFORMANCE / "flink" / "canal-data.txt"
     expected = json.loads((CONFORMANCE / "flink" / "canal-data.expected.json").read_text())
     metrics, tables = replay(FMT, path)
     assert list(tables) == ["inventory.products2"]
+    # mysqlType's order, the source table's.
+    columns = spark.read.parquet(metrics["tables"]["inventory.products2"]["path"]).columns
+    assert columns == ["id", "name", "description", "weight"]
     assert by_key(tables["inventory.products2"], "id") == by_key(
         typed_rows(expected["rows"], FLINK_TYPES), "id"
     )
@@ -699,3 +702,138 @@ def test_a_column_added_back_after_a_drop_starts_empty(replay, tmp_path):
     metrics, tables = replay(FMT, write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n"))
     assert by_key(tables["db.t"], "id") == [{"id": 1, "note": None}, {"id": 2, "note": "new"}]
     assert_events_add_up(metrics)
+
+
+# --- untyped values keep their JSON type (issue 15, item 5) ------------------------------------------
+
+
+def _untyped_message(rows: list[str], op: str = "INSERT", old: str = "null") -> str:
+    # Written by hand: the JSON numbers must reach the decoder exactly as a producer writes them.
+    return (
+        f'{{"data":[{",".join(rows)}],"old":{old},"type":"{op}","database":"shop",'
+        '"table":"items","pkNames":["id"],"es":1697788899000,"id":2}'
+    )
+
+
+def test_untyped_json_numbers_keep_their_type_and_strings_their_text(spark, replay, tmp_path):
+    path = write(
+        tmp_path / "untyped.json",
+        "\n".join(
+            [
+                _untyped_message(
+                    [
+                        '{"id":1,"price":1.0,"qty":2,"ok":true,"label":"1.0","mixed":"abc","note":null}',
+                        '{"id":2,"price":3.14,"qty":-7,"ok":false,"label":"007","mixed":1.0,"note":"x"}',
+                    ]
+                ),
+                _untyped_message(
+                    ['{"id":3,"price":2.50,"qty":0,"ok":true,"label":"","mixed":2.5,"note":"y"}'],
+                ),
+            ]
+        )
+        + "\n",
+    )
+    events = decode(spark, path)
+    assert [e["after"] for e in events] == [
+        {"id": 1, "price": 1.0, "qty": 2, "ok": True, "label": "1.0", "mixed": "abc", "note": None},
+        {"id": 2, "price": 3.14, "qty": -7, "ok": False, "label": "007", "mixed": 1.0, "note": "x"},
+        {"id": 3, "price": 2.5, "qty": 0, "ok": True, "label": "", "mixed": 2.5, "note": "y"},
+    ]
+    assert [type(e["after"]["price"]) for e in events] == [float, float, float]
+
+    metrics, tables = replay(FMT, path)
+    assert tables == {
+        "shop.items": [
+            {"id": 1, "price": 1.0, "qty": 2, "ok": True, "label": "1.0", "mixed": "abc", "note": None},
+            {"id": 2, "price": 3.14, "qty": -7, "ok": False, "label": "007", "mixed": "1.0", "note": "x"},
+            {"id": 3, "price": 2.5, "qty": 0, "ok": True, "label": "", "mixed": "2.5", "note": "y"},
+        ]
+    }
+    types = {
+        f.name: f.dataType.simpleString()
+        for f in spark.read.parquet(metrics["tables"]["shop.items"]["path"]).schema
+    }
+    assert types == {
+        "id": "bigint",
+        "price": "double",
+        "qty": "bigint",
+        "ok": "boolean",
+        "label": "string",
+        "mixed": "string",
+        "note": "string",
+    }
+
+
+def test_an_update_of_untyped_values_keeps_the_unchanged_ones(replay, tmp_path):
+    path = write(
+        tmp_path / "untyped_update.json",
+        "\n".join(
+            [
+                _untyped_message(['{"id":1,"price":1.0,"qty":2}']),
+                _untyped_message(['{"id":1,"price":1.5,"qty":2}'], "UPDATE", '[{"price":1.0}]'),
+            ]
+        )
+        + "\n",
+    )
+    metrics, tables = replay(FMT, path)
+    assert tables == {"shop.items": [{"id": 1, "price": 1.5, "qty": 2}]}
+    assert metrics["events"]["applied"] == 2
+    assert_events_add_up(metrics)
+
+
+# --- column order (issue 15, item 1) -----------------------------------------------------------------
+
+
+def after_columns(spark, path: Path) -> list[list[str]]:
+    """The after image's columns in map order, per event (collecting a map to Python loses its order)."""
+    from pyspark.sql import functions as F
+
+    from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+    from airflow_cdc_provider.formats.landed_files import list_landed_files
+
+    events = get_decoder(FMT).decode(spark, list_landed_files(spark, [str(path)]), DecodeOptions())
+    ordered = events.orderBy("file", "file_pos", "sub_pos").select(F.map_keys("after").alias("cols"))
+    return [list(r["cols"]) for r in ordered.collect()]
+
+
+def test_columns_keep_the_order_the_messages_write_them(spark, replay, tmp_path):
+    declared = {
+        "data": [{"zeta": "1", "id": "10", "amount": "2.50", "Name": "a"}],
+        "old": None,
+        "type": "INSERT",
+        "database": "shop",
+        "table": "typed",
+        "pkNames": ["id"],
+        "es": 1697788899000,
+        "id": 1,
+        # mysqlType declares the table's order; the row writes its values in another one.
+        "mysqlType": {"id": "int(11)", "Name": "varchar(20)", "zeta": "int(11)", "amount": "decimal(10,2)"},
+    }
+    path = write(
+        tmp_path / "order.json",
+        "\n".join(
+            [
+                _untyped_message(['{"zeta":1,"id":1,"b":"x","a":2.5}']),
+                # A later row adds a column at the end and leaves one out.
+                _untyped_message(['{"zeta":2,"id":2,"a":3.5,"late":true}']),
+                json.dumps(declared),
+            ]
+        )
+        + "\n",
+    )
+    assert after_columns(spark, path) == [
+        ["zeta", "id", "b", "a"],
+        ["zeta", "id", "a", "late"],
+        ["zeta", "id", "amount", "Name"],
+    ]
+    metrics, tables = replay(FMT, path)
+
+    def columns(table):
+        return spark.read.parquet(metrics["tables"][table]["path"]).columns
+
+    assert columns("shop.items") == ["zeta", "id", "b", "a", "late"]
+    assert columns("shop.typed") == ["id", "Name", "zeta", "amount"]
+    assert tables["shop.items"] == [
+        {"zeta": 1, "id": 1, "b": "x", "a": 2.5, "late": None},
+        {"zeta": 2, "id": 2, "b": None, "a": 3.5, "late": True},
+    ]

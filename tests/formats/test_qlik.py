@@ -584,3 +584,6 @@ def test_replay_full_load_then_changes(spark, tmp_path, replay):
     }
     info = metrics["tables"]["dbo.CUSTOMERS"]
     assert (info["rows"], info["inserts"], info["updates"], info["deletes"]) == (4, 5, 2, 1)
+    # The columns in MD ordinal order, the source table's (not by name).
+    columns = spark.read.parquet(info["path"]).columns
+    assert columns == ["ID", "NAME", "BALANCE", "ACTIVE", "BORN", "UPDATED", "PHOTO", "SCORE", "VISITS"]

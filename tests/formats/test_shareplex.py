@@ -172,7 +172,8 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
         "tx_id": "7.0.411499",
         "tx_end": False,
         "before": None,
-        "after": {"MIO_LOG_ID": "32539737", "rowid": "AAATGpAAIAAItcIAAA"},
+        # meta.rowid is no column of the source table: not in the rows unless --key or --with-metadata.
+        "after": {"MIO_LOG_ID": "32539737"},
         "partial": False,
         "key_cols": None,
         "types": None,
@@ -222,7 +223,6 @@ def test_seed_samples_replay(replay, tmp_path):
     metrics, tables = replay(FMT, d, key="MIO_LOG_ID", table=TABLE)
     row = {
         "MIO_LOG_ID": None,
-        "rowid": None,
         "PLNMIO_REC_ID": None,
         "POL_CODE": None,
         "CNTR_TYPE": None,
@@ -231,7 +231,7 @@ def test_seed_samples_replay(replay, tmp_path):
     assert by(tables[TABLE], "MIO_LOG_ID") == [
         # The update names a row never inserted here: its key and data create it.
         {**row, "MIO_LOG_ID": "32537893", "PLNMIO_REC_ID": "31557806", "CNTR_NO": "1171201606"},
-        {**row, "MIO_LOG_ID": "32539737", "rowid": "AAATGpAAIAAItcIAAA"},
+        {**row, "MIO_LOG_ID": "32539737"},
     ]
     assert metrics["events"] == {
         "read": 5,
@@ -311,12 +311,59 @@ def test_rowid_as_key(spark, replay, tmp_path):
         rec("del", {"NAME": "a", "QTY": 1}, table="S.NOKEY", rowid="AAAR1", scn=4),
     ]
     path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
-    update = decode(spark, path)[2]
+    update = decode(spark, path, key_columns=("rowid",))[2]
     assert update["before"] == {"NAME": "a", "QTY": 1, "rowid": "AAAR2"}
     assert update["after"] == {"NAME": "a", "QTY": 5, "rowid": "AAAR2"}
     metrics, tables = replay(FMT, path, key="rowid")
     assert tables == {"S.NOKEY": [{"NAME": "a", "QTY": 5, "rowid": "AAAR2"}]}
     assert_events_add_up(metrics)
+
+
+def test_rowid_is_a_column_only_when_the_key_or_with_metadata_asks_for_it(spark, replay, tmp_path):
+    lines = [
+        rec("ins", {"ID": "1", "NAME": "a"}, table="S.KEYED", rowid="AAAK1", scn=1),
+        rec("upd", {"NAME": "b"}, {"ID": "1"}, table="S.KEYED", rowid="AAAK1", scn=2),
+        rec("ins", {"NAME": "x", "QTY": 1}, table="S.NOKEY", rowid="AAAR1", scn=3),
+        rec("upd", {"QTY": 2}, {"NAME": "x"}, table="S.NOKEY", rowid="AAAR1", scn=4),
+        # A delete that names its row only by rowid.
+        rec("del", table="S.KEYED", rowid="AAAK1", scn=5),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    assert [e["after"] for e in decode(spark, path, key_columns=("ID",))] == [
+        {"ID": "1", "NAME": "a"},
+        {"ID": "1", "NAME": "b"},
+        {"NAME": "x", "QTY": 1},
+        {"NAME": "x", "QTY": 2},
+        None,
+    ]
+
+    # --key ID: no rowid anywhere, and the rowid-only delete cannot name its row.
+    metrics, tables = replay(FMT, path, key="ID", tables=["S.KEYED"])
+    assert tables == {"S.KEYED": [{"ID": "1", "NAME": "b"}]}
+    assert metrics["quarantine"]["reasons"] == {"key unknown: delete with neither before nor after image": 1}
+    assert_events_add_up(metrics)
+
+    # --key ID plus --key S.NOKEY=rowid: only the table keyed by rowid carries it.
+    metrics, tables = replay(FMT, path, key=["ID", "S.NOKEY=rowid"])
+    assert tables == {
+        "S.KEYED": [{"ID": "1", "NAME": "b"}],
+        "S.NOKEY": [{"NAME": "x", "QTY": 2, "rowid": "AAAR1"}],
+    }
+    assert metrics["events"]["quarantined"] == 1
+    # --key rowid: every table carries it, and the rowid-only delete names its row.
+    metrics, tables = replay(FMT, path, key="rowid")
+    assert tables == {"S.KEYED": [], "S.NOKEY": [{"NAME": "x", "QTY": 2, "rowid": "AAAR1"}]}
+    assert metrics["events"]["quarantined"] == 0
+    assert_events_add_up(metrics)
+
+    # --with-metadata: rowid is source metadata the rows then carry (the key is still ID).
+    metrics, tables = replay(FMT, path, key="ID", tables=["S.KEYED"], with_metadata=True)
+    keyed = spark.read.parquet(metrics["tables"]["S.KEYED"]["path"])
+    assert keyed.columns == ["ID", "NAME", "rowid", "_cdc_op", "_cdc_event_ts", "_cdc_position"]
+    assert [{k: r[k] for k in ("ID", "NAME", "rowid", "_cdc_op")} for r in tables["S.KEYED"]] == [
+        {"ID": "1", "NAME": "b", "rowid": "AAAK1", "_cdc_op": "update"}
+    ]
+    assert metrics["events"]["quarantined"] == 1
 
 
 def test_update_before_and_after_pairs(spark, replay, tmp_path):
@@ -455,3 +502,21 @@ def test_key_change_carries_the_row_as_it_stood_just_before_the_move(replay, tmp
     ]
     assert metrics["tables"]["S.MOVE"]["inserts"] == 2 and metrics["tables"]["S.MOVE"]["updates"] == 3
     assert_events_add_up(metrics)
+
+
+def test_columns_keep_the_order_the_records_write_them(spark, replay, tmp_path):
+    lines = [
+        rec("ins", {"ZCODE": "z", "ID": "1", "AMOUNT": 5}, scn=1),
+        # A partial update: key is the old row, data the changed columns; a new column comes last.
+        rec("upd", {"NOTE": "n", "AMOUNT": 6}, {"ZCODE": "z", "ID": "1", "AMOUNT": 5}, scn=2),
+        rec("ins", {"ZCODE": "y", "ID": "2", "AMOUNT": 7}, scn=3),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    metrics, tables = replay(FMT, path, key="ID")
+    assert spark.read.parquet(metrics["tables"]["S.T"]["path"]).columns == ["ZCODE", "ID", "AMOUNT", "NOTE"]
+    assert tables == {
+        "S.T": [
+            {"ZCODE": "z", "ID": "1", "AMOUNT": 6, "NOTE": "n"},
+            {"ZCODE": "y", "ID": "2", "AMOUNT": 7, "NOTE": None},
+        ]
+    }
