@@ -20,6 +20,10 @@ _JOB_CONF = {
     # The fold's aggregation runs on rows its window already sorted by key: a sort-based aggregate
     # uses that order, where the object hash aggregate re-sorts everything once it passes 128 keys.
     "spark.sql.execution.useObjectHashAggregateExec": "false",
+    # PySpark records the Python call site of every column function for error contexts, at ten
+    # JVM round trips a call; a run builds its plans from tens of thousands of such calls, which
+    # cost seconds on every run whatever the input size. The job's errors carry their own text.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 # Only for an embedded local master: this machine's host name does not resolve to loopback.
 _LOCAL_CONF = {
