@@ -242,8 +242,8 @@ def _write(
             ],
             dropped={t: set(info["dropped"]) for t, info in base_tables.items()},
         )
-    typing_inputs = schema_inputs(resolved, base_inputs)
-    key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(resolved)
+    typing_inputs = schema_inputs(resolved, groups, base_inputs)
+    key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(groups)
     schemas = table_schemas(resolved, tables, first_seen, key_columns, typing_inputs)
     table_paths: dict[str, str] = {}
     for table in tables:

@@ -24,7 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def group_counts(resolved: DataFrame) -> list:
-    """One small row per (table, tag, reason): everything the metrics need."""
+    """One small row per (table, tag, reason): everything the metrics need, in one Spark query.
+
+    The same rows carry what typing needs from the groups (``schemas.declared_signatures`` and
+    ``schemas.key_columns_of``), so that takes no query of its own.
+    """
     c = F.col("counts")
     return (
         resolved.groupBy(
@@ -43,6 +47,13 @@ def group_counts(resolved: DataFrame) -> list:
             F.sum(c["deletes_unknown"]).alias("deletes_unknown"),
             F.sum(c["updates_unknown"]).alias("updates_unknown"),
             F.max("last_event_ms").alias("last_event_ms"),
+            # Distinct per-key signature sets: one per schema version, however many keys.
+            F.collect_set(F.when(F.col("_tag").isin(TAG_ROW, TAG_IGNORED), F.col("type_sigs"))).alias(
+                "type_sigs"
+            ),
+            F.first(F.when(F.col("_tag") == TAG_ROW, F.col("key_names")), ignorenulls=True).alias(
+                "key_names"
+            ),
         )
         .collect()
     )

@@ -13,9 +13,10 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
+from airflow_cdc_provider.formats.events import IGNORED_DDL
 from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW
 
 _INTEGRAL_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
@@ -64,15 +65,14 @@ def _inferred(variant_type: str) -> str:
     }.get(t, "string")
 
 
-def declared_signatures(resolved: DataFrame) -> list[tuple[str, list[tuple[str, str]]]]:
-    """Distinct declared type lists per table (tiny: one per schema version)."""
-    rows = (
-        resolved.where(F.col("_tag").isin(TAG_ROW, TAG_IGNORED))
-        .select("table", F.explode("type_sigs").alias("sig"))
-        .distinct()
-        .collect()
-    )
-    return [(r["table"], [(e["key"], e["value"]) for e in r["sig"]]) for r in rows]
+def declared_signatures(groups: list[Row]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Distinct declared type lists per table (tiny: one per schema version), from ``group_counts``."""
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], None] = {}
+    for g in groups:
+        for per_key in g["type_sigs"] or ():
+            for sig in per_key:
+                found.setdefault((g["table"], tuple((e["key"], e["value"]) for e in sig)), None)
+    return [(table, list(sig)) for table, sig in found]
 
 
 def dropped_columns(resolved: DataFrame, earlier: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
@@ -105,19 +105,6 @@ def dropped_columns(resolved: DataFrame, earlier: dict[str, set[str]] | None = N
         else:
             dropped.get(r["table"], set()).discard(r["col"])
     return {t: cols for t, cols in dropped.items() if cols}
-
-
-def inferred_columns(resolved: DataFrame) -> list[tuple[str, str, str, int]]:
-    """``(table, column, variant type, first position)`` over the final rows."""
-    rows = (
-        resolved.where(F.col("exists"))
-        .select("table", F.posexplode(F.map_keys("image")).alias("pos", "col"), "image")
-        .select("table", "col", "pos", F.col("image")[F.col("col")].alias("v"))
-        .groupBy("table", "col")
-        .agg(F.schema_of_variant_agg("v").alias("vtype"), F.min("pos").alias("pos"))
-        .collect()
-    )
-    return [(r["table"], r["col"], r["vtype"], r["pos"]) for r in rows]
 
 
 def _inferred_and_sequences(
@@ -172,15 +159,9 @@ def merge_column_order(order: list[str], sequence: list[str]) -> None:
         placed.add(col)
 
 
-def key_columns_of(resolved: DataFrame) -> dict[str, list[str]]:
+def key_columns_of(groups: list[Row]) -> dict[str, list[str]]:
     """The key column names each table was folded by (for tables whose rows are all gone)."""
-    rows = (
-        resolved.where(F.col("_tag") == TAG_ROW)
-        .groupBy("table")
-        .agg(F.first("key_names").alias("k"))
-        .collect()
-    )
-    return {r["table"]: list(r["k"] or []) for r in rows}
+    return {g["table"]: list(g["key_names"] or []) for g in groups if g["_tag"] == TAG_ROW}
 
 
 @dataclass
@@ -191,12 +172,18 @@ class SchemaInputs:
     dropped: dict[str, set[str]]
 
 
-def schema_inputs(resolved: DataFrame, base: SchemaInputs | None = None) -> SchemaInputs:
-    signatures = declared_signatures(resolved)
+def schema_inputs(resolved: DataFrame, groups: list[Row], base: SchemaInputs | None = None) -> SchemaInputs:
+    """Declared signatures and dropped columns: a Spark query only when some DDL was applied."""
+    signatures = declared_signatures(groups)
     if base is not None:
         seen = {(t, tuple(sig)) for t, sig in signatures}
         signatures += [(t, sig) for t, sig in base.signatures if (t, tuple(sig)) not in seen]
-    return SchemaInputs(signatures, dropped_columns(resolved, base.dropped if base else None))
+    earlier = base.dropped if base else None
+    if any(g["_tag"] == TAG_IGNORED and g["reason"] == IGNORED_DDL for g in groups):
+        dropped = dropped_columns(resolved, earlier)
+    else:
+        dropped = {t: set(cols) for t, cols in (earlier or {}).items() if cols}
+    return SchemaInputs(signatures, dropped)
 
 
 def table_schemas(
