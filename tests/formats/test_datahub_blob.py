@@ -260,9 +260,11 @@ def test_seed_samples_decode_exactly(spark, tmp_path):
         ("2100-01-01T00:00:00Z", [], 3, 0),
     ],
 )
-def test_seed_samples_replay(replay, tmp_path, as_of, rows, applied, after_as_of):
+def test_seed_samples_replay(replay, spark, tmp_path, as_of, rows, applied, after_as_of):
     metrics, tables = replay(FMT, land_seed(tmp_path / "seed"), as_of)
     assert tables == {SEED_TABLE: rows}
+    # schema.dataColumn's order, the source table's; the images write name, comment, id.
+    assert spark.read.parquet(metrics["tables"][SEED_TABLE]["path"]).columns == ["id", "name", "comment"]
     assert metrics["events"] == {
         "read": 6,
         "applied": applied,

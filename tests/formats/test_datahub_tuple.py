@@ -293,6 +293,8 @@ def test_json_csv_and_parquet_landings_replay_the_same_stream(spark, replay, tmp
         t = metrics["tables"][table]
         assert (t["rows"], t["inserts"], t["updates"], t["deletes"]) == (2, 3, 2, 1)
         assert t["last_event_ms"] == 1700000006000
+        # TUPLE's own column order (JSON keys, CSV header, Parquet schema), not by name.
+        assert spark.read.parquet(t["path"]).columns == ["id", "name", "amount"]
     assert_events_add_up(metrics)
 
 

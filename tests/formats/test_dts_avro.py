@@ -731,7 +731,7 @@ def test_value_edge_cases(spark, tmp_path):
 # ------------------------------------------------------------------ end to end through the engine
 
 
-def test_replay_exact_rows(replay, tmp_path):
+def test_replay_exact_rows(replay, spark, tmp_path):
     landing = tmp_path / "landing"
     (landing / "kafka").mkdir(parents=True)
     (landing / "raw").mkdir()
@@ -808,3 +808,5 @@ def test_replay_exact_rows(replay, tmp_path):
     assert tables == {
         "shop.products": [row(1, "Zoe", "11.00", pytest.approx(5.17)), row(3, "Bob", "3.25", 1.0)]
     }
+    # The record's `fields` order, the source table's (not by name).
+    assert spark.read.parquet(info["path"]).columns == list(product_image(1, "", "", "").keys())
