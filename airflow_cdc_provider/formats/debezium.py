@@ -313,6 +313,7 @@ class DebeziumJsonDecoder(Decoder):
                 # envelope's ts_ms, when the connector read the row, is (as the sensor reads it).
                 event_ms=F.coalesce(F.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
                 log_pos=_log_position(src),
+                log_pos_unreadable=src["lsn"].isNotNull() & _lsn_position(src["lsn"]).isNull(),
                 sub_pos=F.lit(0),
                 tx_id=F.coalesce(e["transaction"]["id"], src["txId"]),
                 before=before_or_key,

@@ -74,6 +74,9 @@ CANONICAL_EVENT_SCHEMA = StructType(
         StructField("reason", StringType()),  # why ignored / quarantined
         StructField("event_ms", LongType()),  # source commit/change time, epoch ms
         StructField("log_pos", ArrayType(LongType())),  # source log position, compared element-wise
+        # The record names a log position that cannot be read (e.g. an LSN outside 64 bits): it is
+        # ordered by event time and place in the landing instead, and counted.
+        StructField("log_pos_unreadable", BooleanType()),
         StructField("sub_pos", IntegerType()),  # row index inside a multi-row message
         StructField("tx_id", StringType()),
         StructField("tx_end", BooleanType()),

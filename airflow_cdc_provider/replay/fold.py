@@ -351,6 +351,9 @@ def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> 
         *lists,
         F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),
         F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
+        F.count(F.when(F.col("log_pos_unreadable") & ~F.col("_moved_away") & ~from_base, 1)).alias(
+            "unpositioned"
+        ),
         F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
         F.struct(*[F.sum(f"_c_{name}").cast("long").alias(name) for name in _COUNTS]).alias("counts"),
         F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),

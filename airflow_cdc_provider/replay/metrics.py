@@ -39,6 +39,7 @@ def group_counts(resolved: DataFrame) -> list:
         .agg(
             F.sum("n").alias("n"),
             F.sum("after_as_of").alias("after_as_of"),
+            F.sum("unpositioned").alias("unpositioned"),
             F.sum(F.col("exists").cast("long")).alias("rows"),
             F.sum(c["inserts"]).alias("inserts"),
             F.sum(c["updates"]).alias("updates"),
@@ -152,6 +153,8 @@ def build_metrics(
             "bytes_skipped": sum(f.size for f in skipped),
             "skipped_because": {why: len(group) for why, group in read.skipped.items() if group},
         },
+        # Records whose log position could not be read, ordered by event time and place instead.
+        "ordering": {"unreadable_log_position": sum(int(g["unpositioned"] or 0) for g in groups)},
         "mode": "incremental" if read.base is not None else "full",
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

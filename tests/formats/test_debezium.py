@@ -71,6 +71,7 @@ def test_an_lsn_beyond_2_pow_63_wins_over_a_smaller_one_landed_later(replay, tmp
     assert tables == {"qa.public.t": [{"id": 1, "v": "newest"}]}
     assert metrics["events"]["quarantined"] == 0
     assert metrics["events"]["applied"] == 3
+    assert metrics["ordering"] == {"unreadable_log_position": 0}
     assert_events_add_up(metrics)
 
 
@@ -94,6 +95,7 @@ def test_an_unreadable_lsn_orders_the_record_by_event_time_and_keeps_the_row(rep
         "duplicates": 0,
         "quarantined": 0,
     }
+    assert metrics["ordering"] == {"unreadable_log_position": 3}
 
 
 # --- item 3: Kafka Connect decimals as Base64, JSON numbers (decimal.format=NUMERIC) or text ---------
