@@ -122,27 +122,32 @@ def _key_text(v) -> str:
     return str(v)
 
 
-def _declared_order(expected: dict) -> list[str] | None:
-    """The column order the capture declares for the case's table, from its last declaring record.
-
-    Debezium: the schema block's ``after`` fields; Canal: ``mysqlType``. None when nothing declares one.
-    """
-    order = None
+def _records(expected: dict):
+    """The JSON-object records of a case's inputs, in file order (other lines are skipped)."""
     for rel in expected["inputs"]:
         for line in (REALWORLD / rel).read_text(encoding="utf-8").splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(record, dict):
-                continue
-            if expected["format"] == "canal-json":
-                if record.get("table") == expected["table"] and record.get("mysqlType"):
-                    order = list(record["mysqlType"])
-            elif isinstance(record.get("schema"), dict):
-                for f in record["schema"].get("fields") or []:
-                    if f.get("field") == "after" and f.get("fields"):
-                        order = [c["field"] for c in f["fields"]]
+            if isinstance(record, dict):
+                yield record
+
+
+def _declared_order(expected: dict) -> list[str] | None:
+    """The column order the capture declares for the case's table, from its last declaring record.
+
+    Debezium: the schema block's ``after`` fields; Canal: ``mysqlType``. None when nothing declares one.
+    """
+    order = None
+    for record in _records(expected):
+        if expected["format"] == "canal-json":
+            if record.get("table") == expected["table"] and record.get("mysqlType"):
+                order = list(record["mysqlType"])
+        elif isinstance(record.get("schema"), dict):
+            for f in record["schema"].get("fields") or []:
+                if f.get("field") == "after" and f.get("fields"):
+                    order = [c["field"] for c in f["fields"]]
     return order
 
 
@@ -151,24 +156,17 @@ def _landing_order(expected: dict) -> list[str]:
     from airflow_cdc_provider.replay.schemas import merge_column_order
 
     order: list[str] = []
-    for rel in expected["inputs"]:
-        for line in (REALWORLD / rel).read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(record, dict):
-                continue
-            if expected["format"] == "canal-json":
-                images = record.get("data") or [] if record.get("table") == expected["table"] else []
-            else:
-                envelope = record.get("payload") if isinstance(record.get("payload"), dict) else record
-                source = envelope.get("source") or {}
-                same = source.get("table") == expected["table"]
-                images = [envelope.get("after") or envelope.get("before")] if same else []
-            for image in images:
-                if isinstance(image, dict):
-                    merge_column_order(order, list(image))
+    for record in _records(expected):
+        if expected["format"] == "canal-json":
+            images = record.get("data") or [] if record.get("table") == expected["table"] else []
+        else:
+            envelope = record.get("payload") if isinstance(record.get("payload"), dict) else record
+            source = envelope.get("source") or {}
+            same = source.get("table") == expected["table"]
+            images = [envelope.get("after") or envelope.get("before")] if same else []
+        for image in images:
+            if isinstance(image, dict):
+                merge_column_order(order, list(image))
     return order
 
 

@@ -202,6 +202,16 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     )
 
 
+def ddl_change(ord_: Column) -> Column:
+    """A DDL event as a table's schema sees it: its position, the columns it adds and drops."""
+    none = F.array().cast("array<string>")
+    return F.struct(
+        ord_.alias("ord"),
+        F.coalesce(F.map_keys("types"), none).alias("added"),
+        F.coalesce(F.map_keys("before"), none).alias("cols"),
+    )
+
+
 def table_changes(events: DataFrame, as_of_ms: int) -> DataFrame:
     """``table, truncs, drops``: each table's applied truncate positions and column drops (tiny).
 
@@ -216,11 +226,7 @@ def table_changes(events: DataFrame, as_of_ms: int) -> DataFrame:
         & (F.col("reason") == IGNORED_DDL)
         & (F.size(F.map_keys(F.coalesce("before", empty_image()))) > 0)
     )
-    drop = F.struct(
-        ordering(events).alias("ord"),
-        F.coalesce(F.map_keys("types"), F.array().cast("array<string>")).alias("added"),
-        F.map_keys("before").alias("cols"),
-    )
+    drop = ddl_change(ordering(events))
     return (
         events.where(is_trunc | is_drop)
         .groupBy("table")
@@ -364,11 +370,7 @@ def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> 
         F.collect_list(
             F.when(
                 ddl & (F.col("types").isNotNull() | F.col("before").isNotNull()),
-                F.struct(
-                    ord_.alias("ord"),
-                    F.coalesce(F.map_keys("types"), F.array().cast("array<string>")).alias("added"),
-                    F.coalesce(F.map_keys("before"), F.array().cast("array<string>")).alias("cols"),
-                ),
+                ddl_change(ord_),
             )
         ).alias("ddl_changes"),
         F.min_by(
