@@ -18,8 +18,8 @@ newer events. So a key's events are spread across files and arrival order is not
 ``max(1, round(files / partitions))`` files, so ``--files`` is then a target, not an exact count.
 
 ``--partial-share`` is the share of updates whose image holds only the key and the changed
-column (formats with partial images: shareplex-json, qlik-json). ``--as-of-share`` places AS OF
-after that share of the events (1.0: after the last one).
+column (formats with partial images: shareplex-json, qlik-json, ogg-json, debezium-mongodb).
+``--as-of-share`` places AS OF after that share of the events (1.0: after the last one).
 
 ``DIR/_expected.json`` (hidden from the readers by its leading underscore) holds the workload,
 AS OF, the key, the expected rows per table and in total, and the event counts.
@@ -311,7 +311,7 @@ _OPTIONS = {  # Workload field -> (option, help)
     "delete_share": ("--delete-share", "share of events that delete a live key; inserts are the rest"),
     "partial_share": (
         "--partial-share",
-        "share of updates carrying only the changed column (shareplex-json, qlik-json)",
+        "share of updates carrying only the changed column (formats with partial images)",
     ),
     "late_share": (
         "--late-share",

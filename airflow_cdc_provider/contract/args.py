@@ -31,7 +31,10 @@ FORMAT_NAMES = (
     "datahub-blob",
     "datahub-tuple",
     "debezium-json",
+    "debezium-mongodb",
     "dts-avro",
+    "maxwell-json",
+    "ogg-json",
     "qlik-json",
     "shareplex-json",
 )

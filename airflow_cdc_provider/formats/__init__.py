@@ -18,6 +18,9 @@ _REGISTRY: dict[str, str] = {
     "datahub-tuple": "airflow_cdc_provider.formats.datahub_tuple:DatahubTupleDecoder",
     "datahub-blob": "airflow_cdc_provider.formats.datahub_blob:DatahubBlobDecoder",
     "qlik-json": "airflow_cdc_provider.formats.qlik:QlikJsonDecoder",
+    "maxwell-json": "airflow_cdc_provider.formats.maxwell:MaxwellJsonDecoder",
+    "ogg-json": "airflow_cdc_provider.formats.ogg:OggJsonDecoder",
+    "debezium-mongodb": "airflow_cdc_provider.formats.debezium_mongodb:DebeziumMongodbDecoder",
 }
 
 

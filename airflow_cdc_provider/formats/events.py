@@ -45,6 +45,8 @@ IGNORED_TABLE_FILTER = "table not selected"
 IGNORED_UPDATE_BEFORE = (
     "update before image"  # first half of a before/after update pair, folded into the second
 )
+IGNORED_BOOTSTRAP = "bootstrap marker"  # Maxwell's bootstrap-start / bootstrap-complete around a full load
+IGNORED_KAFKA_KEY = "Kafka key"  # a landed Kafka key line; its value is the next record (Debezium MongoDB)
 
 # Reasons for quarantined records (the documented list, README "Quarantine").
 Q_NOT_JSON = "not JSON"
@@ -63,6 +65,9 @@ Q_BAD_BASE64 = "bad Base64"
 Q_BAD_AVRO = "bad Avro"
 Q_UNKNOWN_TABLE = "unknown table/schema"
 Q_MISSING_TABLE = "missing table"
+# An update that only names changed nested fields (a dotted path, an array truncation) and no full
+# document: the snapshot holds top-level fields, so it cannot be applied exactly (Debezium MongoDB).
+Q_NESTED_UPDATE = "update of a nested field without the full document"
 
 IMAGE_TYPE = MapType(StringType(), VariantType(), valueContainsNull=True)
 

@@ -15,7 +15,7 @@ around a gigabyte of heap).
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
@@ -34,19 +34,37 @@ CORRUPT = "_corrupt_record"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
-def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: StructType) -> DataFrame:
+def parse_json_records(
+    spark: SparkSession, files: list[LandedFile], schema: StructType, previous_max_chars: int | None = None
+) -> DataFrame:
     """Read ``files`` and parse each record against ``schema``.
 
     Returns ``file, file_pos, line, text, j, tombstone, bad`` where ``j`` is the parsed struct,
     ``tombstone`` marks Kafka tombstones (an empty line or ``null``) and ``bad`` is the quarantine
     reason for a record that did not parse (null otherwise). Whitespace-only lines are dropped:
     they are not records.
+
+    With ``previous_max_chars`` there is also ``previous``: the text of the record just before in
+    its file (``file_pos`` one less), when it is at most that long (null otherwise). Landings that
+    write a Kafka key on the line before its value (Debezium MongoDB) pair them this way; it costs
+    a window over each file's records.
     """
     with_corrupt = StructType(list(schema.fields) + [StructField(CORRUPT, StringType())])
     records = read_records(spark, files)
     text = F.col("text")
     trimmed = F.trim(text)
     records = records.where(~F.coalesce((trimmed == "") & (text != ""), F.lit(False)))
+    extra: list[Column] = []
+    if previous_max_chars is not None:
+        before = F.lag(F.struct("file_pos", "text"), 1).over(Window.partitionBy("file").orderBy("file_pos"))
+        records = records.select("*", before.alias("_before"))
+        extra = [
+            F.when(
+                (F.col("_before.file_pos") == F.col("file_pos") - 1)
+                & (F.length("_before.text") <= previous_max_chars),
+                F.col("_before.text"),
+            ).alias("previous")
+        ]
     tombstone = ~F.col("damaged") & ((text == "") | (trimmed == "null"))
     unparsable = unparsable_reason(text, F.col("damaged"), F.col("not_utf8"))
     parsed = F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"})
@@ -59,6 +77,7 @@ def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: Str
         unparsable.alias("unparsable"),
         F.when(unparsable.isNull(), parsed).alias("j"),
         tombstone.alias("tombstone"),
+        *extra,
     )
     bad = F.coalesce(F.col("unparsable"), diagnose(F.col("j." + CORRUPT), F.col("unterminated")))
     return out.select(
@@ -69,6 +88,7 @@ def parse_json_records(spark: SparkSession, files: list[LandedFile], schema: Str
         "j",
         "tombstone",
         F.when(F.col("tombstone"), F.lit(None)).otherwise(bad).alias("bad"),
+        *([F.col("previous")] if extra else []),
     )
 
 

@@ -20,12 +20,13 @@ import io
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 _DIGITS = re.compile(r"^-?\d+$")
 # datahub-tuple: a 16-digit _excute_time_ is DataHub's TIMESTAMP in microseconds (formats/datahub_tuple.py).
 _MICROS_FROM = 10**14
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class UnsupportedEventTimeFormatError(ValueError):
@@ -179,6 +180,36 @@ def _dts_record_prefix_schema() -> Any:
     return fastavro.parse_schema(record_schema(born_timestamp=False))
 
 
+def maxwell_json(record: str) -> int | None:
+    """``ts``: epoch seconds (13 digits or more: milliseconds)."""
+    value = _json_object(record)
+    ts = None if value is None else value.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, str)) or not _DIGITS.match(str(ts).strip()):
+        return None
+    number = int(str(ts).strip())
+    return _positive(number if len(str(number)) >= 13 else number * 1000)
+
+
+def ogg_json(record: str) -> int | None:
+    """``op_ts``: ``YYYY-MM-DD HH:MM:SS.ffffff`` (or ISO text), UTC unless it names an offset."""
+    text = _get(_json_object(record), "op_ts")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    # Whole milliseconds, exactly (no float rounding of the microseconds).
+    return _positive((parsed - _EPOCH) // timedelta(milliseconds=1))
+
+
+def debezium_mongodb(record: str) -> int | None:
+    """As ``debezium-json``: ``source.ts_ms``, else the envelope's ``ts_ms``; Kafka key lines have none."""
+    return debezium_json(record)
+
+
 EXTRACTORS: dict[str, Callable[[str], int | None]] = {
     "debezium-json": debezium_json,
     "cdl-json": cdl_json,
@@ -188,6 +219,9 @@ EXTRACTORS: dict[str, Callable[[str], int | None]] = {
     "datahub-tuple": datahub_tuple,
     "qlik-json": qlik_json,
     "dts-avro": dts_avro,
+    "maxwell-json": maxwell_json,
+    "ogg-json": ogg_json,
+    "debezium-mongodb": debezium_mongodb,
 }
 
 

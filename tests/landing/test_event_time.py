@@ -72,6 +72,14 @@ def line(obj: object) -> str:
             None,
         ),
         ("qlik-json", line({"message": {"headers": {"timestamp": ""}}}), None),  # REFRESH rows
+        ("maxwell-json", line({"type": "insert", "ts": T // 1000}), T),  # seconds
+        ("maxwell-json", line({"type": "insert", "ts": str(T + 7)}), T + 7),  # 13 digits: ms
+        ("maxwell-json", line({"type": "bootstrap-start"}), None),
+        ("ogg-json", line({"op_type": "I", "op_ts": "2024-09-02 08:00:00.250999"}), T + 250),  # UTC
+        ("ogg-json", line({"op_type": "I", "op_ts": "2024-09-02T10:00:00.000000+02:00"}), T),
+        ("ogg-json", line({"op_type": "T"}), None),
+        ("debezium-mongodb", line({"op": "d", "source": {"ts_ms": T}, "ts_ms": T + 900}), T),
+        ("debezium-mongodb", line({"id": '{"$oid": "67ab25755c0d5ac87eb8c632"}'}), None),  # a Kafka key line
     ],
 )
 def test_each_format_reads_its_event_time(source_format, record, expected):
@@ -120,9 +128,9 @@ def test_every_registered_format_has_an_extractor_and_unknown_ones_are_refused()
 
     assert sorted(EXTRACTORS) == format_names()
     with pytest.raises(UnsupportedEventTimeFormatError) as raised:
-        extractor_for("maxwell-json")
+        extractor_for("no-such-format")
     assert str(raised.value) == (
-        "the event_time strategy cannot read event times of source_format 'maxwell-json'; it knows canal-json, "
-        "cdl-json, datahub-blob, datahub-tuple, debezium-json, dts-avro, qlik-json, shareplex-json. "
-        "Use strategy 'marker' or 'partition' instead."
+        "the event_time strategy cannot read event times of source_format 'no-such-format'; it knows canal-json, "
+        "cdl-json, datahub-blob, datahub-tuple, debezium-json, debezium-mongodb, dts-avro, maxwell-json, ogg-json, "
+        "qlik-json, shareplex-json. Use strategy 'marker' or 'partition' instead."
     )

@@ -30,9 +30,12 @@ from typing import Any
 from tests.formats.test_canal import msg as canal_msg
 from tests.formats.test_cdl import change as cdl_change
 from tests.formats.test_datahub_blob import message as blob_message
+from tests.formats.test_debezium_mongodb import value as mongo_value
 from tests.formats.test_dts_avro import chars, integer
 from tests.formats.test_dts_avro import message as avro_message
 from tests.formats.test_dts_avro import record as dts_record
+from tests.formats.test_maxwell import rec as maxwell_rec
+from tests.formats.test_ogg import rec as ogg_rec
 from tests.formats.test_qlik import dt_msg, md
 from tests.formats.test_shareplex import rec as shareplex_rec
 
@@ -303,6 +306,59 @@ def _qlik_md(table: str) -> list[Line]:
     return [Line(text, "ignored", "ddl")]
 
 
+def _maxwell(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    position = f"mysql-bin.000003:{c.position}"
+    common = {"table": table, "ts": c.ms // 1000, "xid": c.position, "commit": True, "position": position}
+    if c.op == DELETE:
+        text = maxwell_rec("delete", before or row, **common)
+    elif c.op == UPDATE:
+        # old: the previous values of the columns that changed (all of them for a key never seen).
+        old = {k: (before or {}).get(k) for k in _changed(row, before)}
+        text = maxwell_rec("update", row, old=old, **common)
+    else:
+        text = maxwell_rec("insert", row, **common)
+    return [Line(text, "change", change=c)]
+
+
+def _ogg(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    op_ts = datetime.fromtimestamp(c.ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    common = {"table": f"OGG.{table}", "op_ts": op_ts, "pos": c.position}
+    if c.op == DELETE:
+        text = ogg_rec("D", before=before or row, **common)
+    elif c.op == UPDATE:
+        # A compressed update carries the key and the changed columns only.
+        after = {"id": c.key, **_changed(row, before)} if c.partial else row
+        text = ogg_rec("U", before=before, after=after, **common)
+    else:
+        text = ogg_rec("I", after=row, **common)
+    return [Line(text, "change", change=c)]
+
+
+def _mongo(table: str, c: Change, before: dict | None) -> list[Line]:
+    def doc(r: dict) -> dict:
+        # qty as Int64 ($numberLong), as MongoDB's extended JSON writes longs.
+        qty = r["qty"]
+        return {"_id": r["id"], "name": r["name"], "qty": None if qty is None else {"$numberLong": str(qty)}}
+
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    common = {"collection": table, "ts_ms": c.ms, "ord_": c.position}
+    if c.op == DELETE:
+        # Odd positions carry the pre-image, even ones only the 1.x filter.
+        if c.position % 2:
+            text = mongo_value("d", before=doc(before or row), **common)
+        else:
+            text = mongo_value("d", filter=json.dumps({"_id": c.key}), **common)
+    elif c.op == UPDATE and c.partial:
+        changed = {k: doc(row)[k] for k in _changed(row, before)}
+        patch = json.dumps({"$v": 1, "$set": changed})
+        text = mongo_value("u", patch=patch, filter=json.dumps({"_id": c.key}), **common)
+    else:
+        text = mongo_value("u" if c.op == UPDATE else "c", after=doc(row), **common)
+    return [Line(text, "change", change=c)]
+
+
 ENCODERS: dict[str, Encoder] = {
     e.name: e
     for e in (
@@ -325,6 +381,16 @@ ENCODERS: dict[str, Encoder] = {
             lambda t: f"dbo.{t.upper()}",
             columns=("ID", "NAME", "QTY"),
             preamble=_qlik_md,
+            partial_images=True,
+        ),
+        Encoder("maxwell-json", _maxwell, lambda t: f"db.{t}"),
+        Encoder("ogg-json", _ogg, lambda t: f"OGG.{t}", partial_images=True),
+        Encoder(
+            "debezium-mongodb",
+            _mongo,
+            lambda t: f"shop.{t}",
+            columns=("_id", "name", "qty"),
+            foreign_reason="missing table",
             partial_images=True,
         ),
     )

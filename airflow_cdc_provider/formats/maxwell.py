@@ -1,0 +1,244 @@
+"""Maxwell JSON: one row change per record, as Maxwell's daemon writes MySQL binlog rows.
+
+``data`` is the row after the change (the deleted row for a delete) and ``old`` holds the previous
+values of only the columns that changed, so the before image of an update is ``data`` overlaid
+with ``old`` (a key column in ``old`` moves the row). The key is the record's
+``primary_key_columns`` (``output_primary_key_columns``), else an object ``primary_key``'s names,
+else ``--key``. Values keep their JSON types (Maxwell declares none).
+
+Order: the binlog ``position`` (``master.000003:1234``, ``output_binlog_position``) as
+``[1, file number, offset, row]``, else ``[0, ts, xid, row]``; ``row`` is ``xoffset``, and the
+``commit: true`` row of a transaction, which Maxwell writes without ``xoffset``, comes after its
+other rows. Records without a position therefore order before those with one. ``ts`` is in
+seconds (13 digits and more: milliseconds).
+
+``bootstrap-insert`` rows are a full load (op read); ``bootstrap-start`` and ``bootstrap-complete``
+are ignored markers. DDL records (``output_ddl``: ``table-create``, ``table-alter``,
+``database-create`` ...) are ignored as DDL; the columns an ``ALTER TABLE`` in their ``sql`` adds or
+drops take effect as for Canal (``formats.ddl``).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.canal import declared_types
+from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
+from airflow_cdc_provider.formats.events import (
+    IGNORED_BOOTSTRAP,
+    IGNORED_DDL,
+    IGNORED_TOMBSTONE,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_UPDATE,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+    plan_barrier,
+)
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.landed_files import LandedFile
+
+_IMAGE = MapType(StringType(), VariantType())
+RECORD_SCHEMA = StructType(
+    [
+        StructField("database", StringType()),
+        StructField("table", StringType()),
+        StructField("type", StringType()),
+        # Read as text and converted with try_cast: an odd value never costs the whole record.
+        StructField("ts", StringType()),
+        StructField("xid", StringType()),
+        StructField("xoffset", StringType()),
+        StructField("commit", StringType()),
+        StructField("position", StringType()),
+        # Images as maps keep their columns in the order the record writes them; an image that is
+        # not an object fails the parse and is diagnosed from the record's text.
+        StructField("data", _IMAGE),
+        StructField("old", _IMAGE),
+        StructField("primary_key_columns", ArrayType(StringType())),
+        StructField("primary_key", VariantType()),
+        StructField("sql", StringType()),
+    ]
+)
+
+_ROW_OPS = {"insert": OP_INSERT, "update": OP_UPDATE, "delete": OP_DELETE, "bootstrap-insert": OP_READ}
+_BOOTSTRAP_MARKERS = ("bootstrap-start", "bootstrap-complete")
+_DDL_TYPES = (
+    "database-create",
+    "database-alter",
+    "database-drop",
+    "table-create",
+    "table-alter",
+    "table-drop",
+    "ddl",
+)
+# The commit row of a transaction carries no xoffset: it is the transaction's last row.
+_COMMIT_ROW = 1 << 62
+
+
+def _lookup(table: dict[str, str], key: Column) -> Column:
+    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
+    return F.try_element_at(literal, key)
+
+
+def overlay(base: Column, top: Column) -> Column:
+    """``base`` with ``top``'s values replacing its own, in ``base``'s column order; new columns follow."""
+    replaced = F.transform_values(
+        base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
+    )
+    return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
+
+
+def seconds_or_millis(text: Column) -> Column:
+    """Maxwell's ``ts`` as epoch ms: seconds, or milliseconds when it has 13 digits or more."""
+    t = F.trim(text)
+    number = t.try_cast("bigint")
+    return F.when(t.rlike(r"^\d{13,}$"), number).otherwise(F.try_multiply(number, F.lit(1000)))
+
+
+def binlog_position(position: Column) -> Column:
+    """``master.000003:1234`` -> ``[3, 1234]``; null when it does not read so."""
+    pattern = r"^\s*\S*?(\d+)\s*:\s*(\d+)\s*$"
+    number = F.regexp_extract(position, pattern, 1).try_cast("bigint")
+    offset = F.regexp_extract(position, pattern, 2).try_cast("bigint")
+    return F.when(position.rlike(pattern) & number.isNotNull() & offset.isNotNull(), F.array(number, offset))
+
+
+def _images_not_objects(text: Column) -> Column:
+    """For a record that failed to parse: is ``data`` or ``old`` something other than an object?"""
+    v = F.try_parse_json(text)
+
+    def not_object(path: str) -> Column:
+        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
+
+    return not_object("$.data") | not_object("$.old")
+
+
+class MaxwellJsonDecoder(Decoder):
+    name = "maxwell-json"
+    description = (
+        "Maxwell JSON (data/old, ts in seconds, xid/xoffset/commit, binlog position): key from "
+        "primary_key_columns, bootstrap-insert as full load, DDL records ignored"
+    )
+    needs = "--key (when records carry no primary_key_columns)"
+
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA)
+        return self._events(plan_barrier(self._records(parsed)))
+
+    @staticmethod
+    def _records(parsed: DataFrame) -> DataFrame:
+        j = F.col("j")
+        type_ = F.lower(F.trim(j["type"]))
+        is_ddl = type_.isin(*_DDL_TYPES)
+        ts_ms = seconds_or_millis(j["ts"])
+        xid = F.trim(j["xid"]).try_cast("bigint")
+        commit = F.lower(F.trim(j["commit"])) == "true"
+        row = F.coalesce(
+            F.trim(j["xoffset"]).try_cast("bigint"),
+            F.when(commit, F.lit(_COMMIT_ROW).cast("bigint")),
+            F.lit(0).cast("bigint"),
+        )
+        binlog = binlog_position(j["position"])
+        log_pos = F.when(
+            j["position"].isNotNull(), F.concat(F.array(F.lit(1).cast("bigint")), binlog, F.array(row))
+        ).when(ts_ms.isNotNull(), F.array(F.lit(0).cast("bigint"), F.floor(ts_ms / 1000), xid, row))
+        pk = j["primary_key"]
+        pk_names = F.when(
+            F.startswith(F.schema_of_variant(pk), F.lit("OBJECT")),
+            F.map_keys(F.try_variant_get(pk, "$", "map<string,variant>")),
+        )
+        key_cols = F.coalesce(
+            F.when(F.size(j["primary_key_columns"]) > 0, j["primary_key_columns"]),
+            F.when(F.size(pk_names) > 0, pk_names),
+        )
+        return parsed.select(
+            "file",
+            "file_pos",
+            "line",
+            "text",
+            "tombstone",
+            "bad",
+            j["type"].alias("type_text"),
+            type_.alias("type"),
+            is_ddl.alias("is_ddl"),
+            F.when(~is_ddl, _lookup(_ROW_OPS, type_)).alias("op"),
+            F.when(j["table"].isNotNull(), F.concat_ws(".", j["database"], j["table"])).alias("table"),
+            j["ts"].alias("ts_text"),
+            ts_ms.alias("event_ms"),
+            log_pos.alias("log_pos"),
+            (j["position"].isNotNull() & binlog.isNull()).alias("log_pos_unreadable"),
+            j["xid"].alias("tx_id"),
+            F.when(j["xid"].isNotNull() | j["commit"].isNotNull(), F.coalesce(commit, F.lit(False))).alias(
+                "tx_end"
+            ),
+            key_cols.alias("key_cols"),
+            j["data"].alias("data"),
+            F.coalesce(j["old"], F.create_map().cast(_IMAGE)).alias("old"),
+            F.when(
+                is_ddl, declared_types(added_columns(j["sql"]), F.lit(None).cast("map<string,string>"))
+            ).alias("ddl_types"),
+            F.when(is_ddl, dropped_columns(j["sql"])).alias("dropped"),
+        )
+
+    @staticmethod
+    def _events(records: DataFrame) -> DataFrame:
+        op, data, type_ = F.col("op"), F.col("data"), F.col("type")
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (F.col("type_text").isNull() | (type_ == ""), KIND_QUARANTINED, Q_MISSING_OP),
+            (F.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
+            (type_.isin(*_BOOTSTRAP_MARKERS), KIND_IGNORED, IGNORED_BOOTSTRAP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (F.col("ts_text").isNotNull() & F.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            ((op == OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
+            (data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        )
+        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        is_change = kind == KIND_CHANGE
+        ddl = (kind == KIND_IGNORED) & (reason == IGNORED_DDL)
+        before = F.when(op == OP_DELETE, data).when(op == OP_UPDATE, overlay(data, F.col("old")))
+        return records.select(
+            *canonical(
+                table=F.col("table"),
+                kind=kind,
+                op=F.when(is_change, op),
+                reason=reason,
+                event_ms=F.col("event_ms"),
+                log_pos=F.col("log_pos"),
+                log_pos_unreadable=F.col("log_pos_unreadable"),
+                sub_pos=F.lit(0),
+                tx_id=F.col("tx_id"),
+                tx_end=F.col("tx_end"),
+                before=F.when(is_change, before).when(ddl, F.col("dropped")),
+                after=F.when(is_change & (op != OP_DELETE), data),
+                partial=F.lit(False),
+                key_cols=F.col("key_cols"),
+                types=F.when(ddl, F.col("ddl_types")),
+                file=F.col("file"),
+                file_pos=F.col("file_pos"),
+                line=F.col("line"),
+                raw=F.col("text"),
+            )
+        )

@@ -1,0 +1,192 @@
+"""Oracle GoldenGate JSON, as GoldenGate for Big Data's JSON formatter writes it (one operation per record).
+
+``table`` is ``SCHEMA.TABLE`` (used as it is), ``op_type`` I/U/D/T (the spelled-out names too),
+``op_ts`` the operation's commit time in UTC (``YYYY-MM-DD HH:MM:SS.ffffff``; ISO text with ``T``
+or an offset reads the same), ``pos`` the trail position: a string of digits whose order is the
+source's, turned into two 18-digit numbers (left-padded to 36 digits) that compare the same way.
+``primary_keys`` names the key (else ``--key``); ``before``/``after`` are the row images, values
+keeping their JSON types (the formatter declares none). ``current_ts`` (when GoldenGate wrote the
+record) and ``tokens`` are not used: the order is ``pos``, then ``op_ts``, then the landing.
+
+When the source logs compressed updates, an update's ``after`` holds only the key and the columns
+that changed. An update is partial (the columns it does not carry keep their value) unless its after
+image carries a non-key column with the same value as in its before image (a full image does; a
+compressed one never does); an update without a before image cannot tell, and is partial. A partial
+image of a full row is the row itself, so nothing is lost when a full image is taken for a partial
+one. ``T`` empties the table.
+Transaction fields the formatter can add (``xid``, ``txind``) give ``tx_id`` and ``tx_end``.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.events import (
+    IGNORED_TOMBSTONE,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+)
+from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.landed_files import LandedFile
+
+_IMAGE = MapType(StringType(), VariantType())
+RECORD_SCHEMA = StructType(
+    [
+        StructField("table", StringType()),
+        StructField("op_type", StringType()),
+        StructField("op_ts", StringType()),
+        StructField("current_ts", StringType()),
+        StructField("pos", StringType()),
+        StructField("primary_keys", ArrayType(StringType())),
+        StructField("before", _IMAGE),
+        StructField("after", _IMAGE),
+        StructField("xid", StringType()),
+        StructField("txind", StringType()),
+    ]
+)
+_OPS = {
+    "I": OP_INSERT,
+    "INSERT": OP_INSERT,
+    "U": OP_UPDATE,
+    "UPDATE": OP_UPDATE,
+    "D": OP_DELETE,
+    "DELETE": OP_DELETE,
+    "T": OP_TRUNCATE,
+    "TRUNCATE": OP_TRUNCATE,
+}
+# pos is compared as 36 zero-padded digits, in two 18-digit halves (each below 2^63).
+_POS_DIGITS = 36
+
+
+def _lookup(table: dict[str, str], key: Column) -> Column:
+    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
+    return F.try_element_at(literal, key)
+
+
+def op_millis(text: Column) -> Column:
+    """``op_ts`` -> epoch ms: ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (or ISO with ``T``) in UTC unless it names an offset."""
+    t = F.trim(text)
+    with_zone = F.when(t.rlike(r"(?i)(Z|[+-]\d{2}:?\d{2})$"), t).otherwise(F.concat(t, F.lit("Z")))
+    return F.unix_millis(F.try_to_timestamp(with_zone))
+
+
+def trail_position(pos: Column) -> Column:
+    """``pos`` (digits, e.g. ``00000000000000000000143``) -> ``[high 18 digits, low 18 digits]``.
+
+    Zero-padding to one width makes the element-wise order the string's (and the number's). Null
+    for a position that is not 1 to 36 digits.
+    """
+    p = F.trim(pos)
+    padded = F.lpad(p, _POS_DIGITS, "0")
+    half = _POS_DIGITS // 2
+    parts = F.array(
+        F.substring(padded, 1, half).try_cast("bigint"),
+        F.substring(padded, half + 1, half).try_cast("bigint"),
+    )
+    return F.when(p.rlike(rf"^\d{{1,{_POS_DIGITS}}}$"), parts)
+
+
+def _images_not_objects(text: Column) -> Column:
+    """For a record that failed to parse: is ``before`` or ``after`` something other than an object?"""
+    v = F.try_parse_json(text)
+
+    def not_object(path: str) -> Column:
+        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
+
+    return not_object("$.before") | not_object("$.after")
+
+
+class OggJsonDecoder(Decoder):
+    name = "ogg-json"
+    description = (
+        "Oracle GoldenGate JSON (table, op_type I/U/D/T, op_ts, pos, primary_keys, before/after): "
+        "compressed updates as partial images, truncate"
+    )
+    needs = "--key (when records carry no primary_keys)"
+    partial_images = True
+
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA)
+        j = F.col("j")
+        op_text = F.upper(F.trim(j["op_type"]))
+        op = _lookup(_OPS, op_text)
+        before, after = j["before"], j["after"]
+        table = F.when(F.trim(j["table"]) != "", F.trim(j["table"]))
+        event_ms = op_millis(j["op_ts"])
+        position = trail_position(j["pos"])
+        kind, reason = classify(
+            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (
+                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
+            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (op_text.isNull() | (op_text == ""), KIND_QUARANTINED, Q_MISSING_OP),
+            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+            (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (j["op_ts"].isNotNull() & event_ms.isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (op.isin(OP_INSERT, OP_UPDATE) & after.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+            ((op == OP_DELETE) & before.isNull() & after.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
+        )
+        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        is_change = kind == KIND_CHANGE
+        # Compressed updates: the after image carries only the key and the changed columns. A full
+        # image carries some column whose value did not change; without a before image nobody can tell.
+        key_names = F.coalesce(
+            F.when(F.size(j["primary_keys"]) > 0, j["primary_keys"]),
+            F.array(*[F.lit(c) for c in options.key_columns]).cast("array<string>"),
+        )
+        carries_unchanged = F.exists(
+            F.map_keys(after),
+            lambda k: (
+                ~F.array_contains(key_names, k)
+                & F.map_contains_key(before, k)
+                & (F.to_json(before[k]) == F.to_json(after[k]))
+            ),
+        )
+        partial = (op == OP_UPDATE) & (before.isNull() | ~F.coalesce(carries_unchanged, F.lit(False)))
+        txind = F.upper(F.trim(j["txind"]))
+        return parsed.select(
+            *canonical(
+                table=table,
+                kind=kind,
+                op=F.when(is_change, op),
+                reason=reason,
+                event_ms=event_ms,
+                log_pos=position,
+                log_pos_unreadable=j["pos"].isNotNull() & position.isNull(),
+                sub_pos=F.lit(0),
+                tx_id=j["xid"],
+                tx_end=F.when(txind.isNotNull(), txind.isin("E", "W")),
+                before=F.when(
+                    is_change,
+                    F.when(op == OP_DELETE, F.coalesce(before, after)).when(op == OP_UPDATE, before),
+                ),
+                after=F.when(is_change & op.isin(OP_INSERT, OP_UPDATE), after),
+                partial=F.coalesce(is_change & partial, F.lit(False)),
+                key_cols=F.when(F.size(j["primary_keys"]) > 0, j["primary_keys"]),
+                file=F.col("file"),
+                file_pos=F.col("file_pos"),
+                line=F.col("line"),
+                raw=F.col("text"),
+            )
+        )
