@@ -322,7 +322,10 @@ def _id_document(id_text: Column) -> Column:
 
 def is_key_line(text: Column) -> Column:
     """A Kafka key as Debezium writes it: ``{"id": ...}``, bare or in a Connect ``payload``."""
-    short = F.length(text) <= _KEY_LINE_MAX_CHARS
+    # Cheap tests first: a value names its "op", a key never does; only the rest is parsed again.
+    short = (
+        (F.length(text) <= _KEY_LINE_MAX_CHARS) & (F.instr(text, '"op"') == 0) & (F.instr(text, '"id"') > 0)
+    )
     keys = F.array_sort(F.json_object_keys(text))
     payload_keys = F.json_object_keys(F.get_json_object(text, "$.payload"))
     bare = keys == F.array(F.lit("id"))
