@@ -53,7 +53,7 @@ from airflow_cdc_provider.formats.events import (
     classify,
     plan_barrier,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
@@ -62,7 +62,7 @@ RECORD_SCHEMA = StructType(
     [
         # Rows as maps keep their columns in the order the message writes them (a variant object
         # would sort them by name); a row that is not an object fails the parse and is diagnosed
-        # from the record's text (_rows_not_objects).
+        # from the record's text (jsonlines.images_not_objects).
         StructField("data", ArrayType(ROW_TYPE)),
         StructField("old", ArrayType(ROW_TYPE)),
         StructField("database", StringType()),
@@ -273,22 +273,6 @@ def _not_rows(texts: Column) -> Column:
     return F.coalesce(F.exists(texts, lambda m: m.isNull()), F.lit(False))
 
 
-def _rows_not_objects(text: Column) -> Column:
-    """For a record that failed to parse: is ``data`` or ``old`` something other than an array of objects?"""
-    v = F.try_parse_json(text)
-
-    def not_rows(path: str) -> Column:
-        value = F.variant_get(v, path, "variant")
-        kind = F.schema_of_variant(value)
-        elements = F.try_variant_get(value, "$", "array<variant>")
-        bad_element = F.exists(
-            elements, lambda e: ~F.substring(F.schema_of_variant(e), 1, 6).isin("OBJECT", "VOID")
-        )
-        return F.coalesce(~kind.isin("VOID") & (~kind.startswith("ARRAY") | bad_element), F.lit(False))
-
-    return not_rows("$.data") | not_rows("$.old")
-
-
 class CanalJsonDecoder(Decoder):
     name = "canal-json"
     description = (
@@ -375,7 +359,7 @@ class CanalJsonDecoder(Decoder):
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                (F.col("bad") == Q_TYPE_MISMATCH) & _rows_not_objects(F.col("text")),
+                images_not_objects(F.col("bad"), F.col("text"), "$.data", "$.old", arrays=True),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

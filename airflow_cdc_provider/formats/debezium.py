@@ -44,7 +44,7 @@ from airflow_cdc_provider.formats.events import (
     classify,
     plan_barrier,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
     ENVELOPE_SCHEMA,
     column_types,
@@ -183,22 +183,6 @@ def _is_hbase(e: Column) -> Column:
     return F.map_contains_key(image, "ROW") & e["source"]["namespace"].isNotNull()
 
 
-def _image_kind_error(text: Column) -> Column:
-    """For a record that failed to parse: does it fail because an image is not an object?"""
-    v = F.try_parse_json(text)
-
-    def not_object(path: str) -> Column:
-        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
-        return ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
-
-    return (
-        not_object("$.payload.after")
-        | not_object("$.payload.before")
-        | not_object("$.after")
-        | not_object("$.before")
-    )
-
-
 class DebeziumJsonDecoder(Decoder):
     name = "debezium-json"
     description = (
@@ -258,9 +242,14 @@ class DebeziumJsonDecoder(Decoder):
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                F.col("bad").isNotNull()
-                & (F.col("bad") == Q_TYPE_MISMATCH)
-                & _image_kind_error(F.col("j._corrupt_record")),
+                images_not_objects(
+                    F.col("bad"),
+                    F.col("j._corrupt_record"),
+                    "$.payload.after",
+                    "$.payload.before",
+                    "$.after",
+                    "$.before",
+                ),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

@@ -15,6 +15,9 @@ around a gigabyte of heap).
 
 from __future__ import annotations
 
+import functools
+import operator
+
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -112,3 +115,28 @@ def diagnose(corrupt: Column, unterminated: Column) -> Column:
         .when(kind != "OBJECT", F.lit(Q_NOT_OBJECT))
         .otherwise(F.lit(Q_TYPE_MISMATCH))
     )
+
+
+def images_not_objects(bad: Column, text: Column, *paths: str, arrays: bool = False) -> Column:
+    """A record whose parse failed with a type mismatch because an image field is not an object.
+
+    ``paths`` are the image fields (``$.before``); with ``arrays`` each must be an array of objects
+    (Canal's ``data``/``old``). Only records flagged ``bad == type mismatch`` are parsed again: the
+    guard is a CASE, not ``bad = ... AND``, because ``bad`` is null for good records and SQL's
+    ``NULL AND x`` evaluates ``x`` (that re-parsed every record and was most of Canal's decode time).
+    """
+    v = F.try_parse_json(text)
+
+    def not_image(path: str) -> Column:
+        value = F.variant_get(v, path, "variant")
+        kind = F.schema_of_variant(value)
+        if not arrays:
+            return ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
+        elements = F.try_variant_get(value, "$", "array<variant>")
+        bad_element = F.exists(
+            elements, lambda e: ~F.substring(F.schema_of_variant(e), 1, 6).isin("OBJECT", "VOID")
+        )
+        return ~kind.isin("VOID") & (~kind.startswith("ARRAY") | bad_element)
+
+    any_bad = functools.reduce(operator.or_, [F.coalesce(not_image(p), F.lit(False)) for p in paths])
+    return F.when(bad == Q_TYPE_MISMATCH, any_bad).otherwise(F.lit(False))

@@ -49,7 +49,7 @@ from airflow_cdc_provider.formats.events import (
     classify,
     plan_barrier,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 
 _IMAGE = MapType(StringType(), VariantType())
@@ -115,17 +115,6 @@ def binlog_position(position: Column) -> Column:
     number = F.regexp_extract(position, pattern, 1).try_cast("bigint")
     offset = F.regexp_extract(position, pattern, 2).try_cast("bigint")
     return F.when(position.rlike(pattern) & number.isNotNull() & offset.isNotNull(), F.array(number, offset))
-
-
-def _images_not_objects(text: Column) -> Column:
-    """For a record that failed to parse: is ``data`` or ``old`` something other than an object?"""
-    v = F.try_parse_json(text)
-
-    def not_object(path: str) -> Column:
-        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
-        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
-
-    return not_object("$.data") | not_object("$.old")
 
 
 class MaxwellJsonDecoder(Decoder):
@@ -201,7 +190,7 @@ class MaxwellJsonDecoder(Decoder):
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                images_not_objects(F.col("bad"), F.col("text"), "$.data", "$.old"),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

@@ -43,7 +43,7 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 
 _IMAGE = MapType(StringType(), VariantType())
@@ -103,17 +103,6 @@ def trail_position(pos: Column) -> Column:
     return F.when(p.rlike(rf"^\d{{1,{_POS_DIGITS}}}$"), parts)
 
 
-def _images_not_objects(text: Column) -> Column:
-    """For a record that failed to parse: is ``before`` or ``after`` something other than an object?"""
-    v = F.try_parse_json(text)
-
-    def not_object(path: str) -> Column:
-        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
-        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
-
-    return not_object("$.before") | not_object("$.after")
-
-
 class OggJsonDecoder(Decoder):
     name = "ogg-json"
     description = (
@@ -135,7 +124,7 @@ class OggJsonDecoder(Decoder):
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                images_not_objects(F.col("bad"), F.col("text"), "$.before", "$.after"),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

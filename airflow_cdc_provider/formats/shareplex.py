@@ -39,7 +39,7 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 
 _META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
@@ -48,7 +48,7 @@ RECORD_SCHEMA = StructType(
         StructField("meta", StructType([StructField(name, StringType()) for name in _META_FIELDS])),
         # Images as maps keep their columns in the order the record writes them (a variant object
         # would sort them by name); an image that is not an object fails the parse and is diagnosed
-        # from the record's text (_images_not_objects).
+        # from the record's text (jsonlines.images_not_objects).
         StructField("data", MapType(StringType(), VariantType())),
         StructField("key", MapType(StringType(), VariantType())),
     ]
@@ -130,17 +130,6 @@ def _overlay(base: Column, top: Column) -> Column:
         base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
     )
     return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
-
-
-def _images_not_objects(text: Column) -> Column:
-    """For a record that failed to parse: is ``data`` or ``key`` something other than an object?"""
-    v = F.try_parse_json(text)
-
-    def not_object(path: str) -> Column:
-        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
-        return F.coalesce(~F.substring(kind, 1, 6).isin("OBJECT", "VOID"), F.lit(False))
-
-    return not_object("$.data") | not_object("$.key")
 
 
 def _empty() -> Column:
@@ -239,7 +228,7 @@ class ShareplexJsonDecoder(Decoder):
         kind, reason = classify(
             (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                (F.col("bad") == Q_TYPE_MISMATCH) & _images_not_objects(F.col("text")),
+                images_not_objects(F.col("bad"), F.col("text"), "$.data", "$.key"),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
