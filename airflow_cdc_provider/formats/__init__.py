@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 # --format name -> "module:Class"; imported on use so one broken optional decoder cannot stop the others.
 _REGISTRY: dict[str, str] = {
     "debezium-json": "airflow_cdc_provider.formats.debezium:DebeziumJsonDecoder",
+    "debezium-avro": "airflow_cdc_provider.formats.debezium_avro:DebeziumAvroDecoder",
     "cdl-json": "airflow_cdc_provider.formats.cdl:CdlJsonDecoder",
     "canal-json": "airflow_cdc_provider.formats.canal:CanalJsonDecoder",
     "shareplex-json": "airflow_cdc_provider.formats.shareplex:ShareplexJsonDecoder",
@@ -18,6 +19,7 @@ _REGISTRY: dict[str, str] = {
     "datahub-tuple": "airflow_cdc_provider.formats.datahub_tuple:DatahubTupleDecoder",
     "datahub-blob": "airflow_cdc_provider.formats.datahub_blob:DatahubBlobDecoder",
     "qlik-json": "airflow_cdc_provider.formats.qlik:QlikJsonDecoder",
+    "aws-dms": "airflow_cdc_provider.formats.aws_dms:AwsDmsDecoder",
 }
 
 

@@ -63,6 +63,9 @@ Q_BAD_BASE64 = "bad Base64"
 Q_BAD_AVRO = "bad Avro"
 Q_UNKNOWN_TABLE = "unknown table/schema"
 Q_MISSING_TABLE = "missing table"
+Q_BAD_PARQUET = "bad Parquet"  # a landed .parquet file whose footer does not read
+Q_NO_COLUMNS = "no column list"  # a headerless CSV row of a table no --columns or definition names
+Q_CSV_WIDTH = "CSV row width does not match its column list"
 
 IMAGE_TYPE = MapType(StringType(), VariantType(), valueContainsNull=True)
 

@@ -20,12 +20,13 @@ import io
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 _DIGITS = re.compile(r"^-?\d+$")
 # datahub-tuple: a 16-digit _excute_time_ is DataHub's TIMESTAMP in microseconds (formats/datahub_tuple.py).
 _MICROS_FROM = 10**14
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class UnsupportedEventTimeFormatError(ValueError):
@@ -169,6 +170,25 @@ def dts_avro(record: str) -> int | None:
     return _positive(seconds * 1000 if seconds is not None else None)
 
 
+def aws_dms(record: str) -> int | None:
+    """``metadata.timestamp`` of DMS's Kafka/Kinesis JSON (ISO, microseconds, ``Z``), in whole ms.
+
+    Only JSON lines carry it: a row of DMS's S3 CSV is not self-describing (its time column is
+    known from ``--timestamp-column`` and ``--columns`` only), so CSV rows give None.
+    """
+    text = _get(_json_object(record), "metadata", "timestamp")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    # Whole milliseconds, exactly (a float product could round 0.999 ms up).
+    return _positive((parsed - _EPOCH) // timedelta(milliseconds=1))
+
+
 @functools.cache
 def _dts_record_prefix_schema() -> Any:
     """The parsed common prefix of old and new DTS Records (the decoder's schema), parsed once."""
@@ -188,6 +208,11 @@ EXTRACTORS: dict[str, Callable[[str], int | None]] = {
     "datahub-tuple": datahub_tuple,
     "qlik-json": qlik_json,
     "dts-avro": dts_avro,
+    "aws-dms": aws_dms,
+}
+# Formats whose landings have no last records to read cheaply: the event_time strategy refuses them.
+UNSUPPORTED: dict[str, str] = {
+    "debezium-avro": "Avro container and Parquet files cannot be read from their last bytes",
 }
 
 
@@ -196,8 +221,9 @@ def extractor_for(source_format: str) -> Callable[[str], int | None]:
     try:
         return EXTRACTORS[source_format]
     except KeyError:
+        why = f" ({UNSUPPORTED[source_format]})" if source_format in UNSUPPORTED else ""
         raise UnsupportedEventTimeFormatError(
-            f"the event_time strategy cannot read event times of source_format {source_format!r}; "
+            f"the event_time strategy cannot read event times of source_format {source_format!r}{why}; "
             f"it knows {', '.join(sorted(EXTRACTORS))}. Use strategy 'marker' or 'partition' instead."
         ) from None
 
