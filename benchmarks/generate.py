@@ -14,7 +14,8 @@ hour into it): they sit in a later file or partition than their event time would
 newer events. So a key's events are spread across files and arrival order is not position order.
 
 ``--layout none`` writes ``--files`` files ``part-NNNNN.json``; ``hive-day`` and ``hive-hour`` write
-``dt=YYYY-MM-DD/[hour=HH/]part-NNNNN.json`` by landing time, each partition split into
+``dt=YYYY-MM-DD/[hour=HH/]part-NNNNN.json`` by landing time (``.avro`` Avro containers for
+``debezium-avro``), each partition split into
 ``max(1, round(files / partitions))`` files, so ``--files`` is then a target, not an exact count.
 
 ``--partial-share`` is the share of updates whose image holds only the key and the changed
@@ -43,6 +44,7 @@ from pathlib import Path
 from tests.reliability.histories import (
     DELETE,
     ENCODERS,
+    FILE_ENCODERS,
     INSERT,
     T0,
     UPDATE,
@@ -51,6 +53,8 @@ from tests.reliability.histories import (
 )
 
 EXPECTED_FILE = "_expected.json"
+# Every format the generator writes: the line-oriented ones, and those landed as binary files.
+WRITERS = {**ENCODERS, **FILE_ENCODERS}
 LAYOUTS = ("none", "hive-day", "hive-hour")
 LATE_SPREAD_S = 3600  # a late event lands at most this far into the slot after its own
 _T0_S = T0 // 1000
@@ -75,8 +79,8 @@ class Workload:
     as_of_share: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.source_format not in ENCODERS:
-            raise ValueError(f"--format must be one of {', '.join(ENCODERS)}, not {self.source_format!r}")
+        if self.source_format not in WRITERS:
+            raise ValueError(f"--format must be one of {', '.join(WRITERS)}, not {self.source_format!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"--layout must be one of {', '.join(LAYOUTS)}, not {self.layout!r}")
         if min(self.events, self.keys, self.tables, self.files) < 1:
@@ -84,8 +88,8 @@ class Workload:
         shares = (self.update_share, self.delete_share, self.partial_share, self.late_share, self.as_of_share)
         if not all(0 <= s <= 1 for s in shares) or self.update_share + self.delete_share > 1:
             raise ValueError("shares are between 0 and 1, and --update-share + --delete-share is at most 1")
-        if self.partial_share and not ENCODERS[self.source_format].partial_images:
-            partial = ", ".join(name for name, e in ENCODERS.items() if e.partial_images)
+        if self.partial_share and not WRITERS[self.source_format].partial_images:
+            partial = ", ".join(name for name, e in WRITERS.items() if e.partial_images)
             raise ValueError(
                 f"--partial-share applies to formats with partial images ({partial}), "
                 f"not {self.source_format}"
@@ -158,6 +162,7 @@ class Slots:
 
     def __init__(self, w: Workload):
         self.layout = w.layout
+        self.suffix = WRITERS[w.source_format].suffix
         if w.layout == "none":
             self.length = math.ceil(w.events / w.files)
             self.count = w.files
@@ -180,20 +185,25 @@ class Slots:
 
     def path(self, slot: int) -> str:
         if self.layout == "none":
-            return f"part-{slot:05d}.json"
+            return f"part-{slot:05d}{self.suffix}"
         partition, part = divmod(slot, self.per_partition)
         start = datetime.fromtimestamp(partition * self.partition, tz=timezone.utc)
         folder = start.strftime("dt=%Y-%m-%d" if self.layout == "hive-day" else "dt=%Y-%m-%d/hour=%H")
-        return f"{folder}/part-{part:05d}.json"
+        return f"{folder}/part-{part:05d}{self.suffix}"
 
 
 class _Files:
-    """Appends text to the file of a slot; slots come in non-decreasing order, one file open at a time."""
+    """Appends text to the file of a slot; slots come in non-decreasing order, one file open at a time.
 
-    def __init__(self, root: Path, slots: Slots):
-        self.root, self.slots = root, slots
+    For a format landed as binary files (``Encoder.container``) a file's records are kept until the
+    next file starts, then written as one container.
+    """
+
+    def __init__(self, root: Path, slots: Slots, container=None):
+        self.root, self.slots, self.container = root, slots, container
         self.current: int | None = None
         self.handle = None
+        self.records: list[str] = []
         self.written: list[Path] = []
 
     def write(self, slot: int, text: str) -> None:
@@ -201,21 +211,28 @@ class _Files:
             self.close()
             path = self.root / self.slots.path(slot)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.handle = path.open("a" if path in self.written else "w", encoding="utf-8")
+            if self.container is None:
+                self.handle = path.open("a" if path in self.written else "w", encoding="utf-8")
             if path not in self.written:
                 self.written.append(path)
             self.current = slot
-        self.handle.write(text)
+        if self.container is None:
+            self.handle.write(text)
+        else:
+            self.records.extend(text.splitlines())
 
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
             self.handle = None
+        if self.records:
+            self.written[-1].write_bytes(self.container(self.records))
+            self.records = []
 
 
 def generate(w: Workload, out: Path) -> dict:
     """Write the landing of ``w`` into ``out`` (emptied first); return and write ``out/_expected.json``."""
-    encoder = ENCODERS[w.source_format]
+    encoder = WRITERS[w.source_format]
     if out.exists() and any(out.iterdir()):
         if not (out / EXPECTED_FILE).exists():
             raise FileExistsError(
@@ -229,7 +246,7 @@ def generate(w: Workload, out: Path) -> dict:
     started = time.perf_counter()
     late_rng = random.Random(w.seed + 1)
     slots = Slots(w)
-    files = _Files(out, slots)
+    files = _Files(out, slots, encoder.container)
     pending: list[tuple[int, int, str]] = []  # (landing second, position, text) of late events
     tables = sorted({w.table(k) for k in range(min(w.keys, w.tables))})
     counts = dict.fromkeys(("inserts", "updates", "partial_updates", "deletes", "late", "records"), 0)
@@ -330,7 +347,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """The options that describe a workload (shared by this generator and benchmarks.run)."""
     for f in fields(Workload):
         option, text = _OPTIONS[f.name]
-        choices = {"layout": LAYOUTS, "source_format": list(ENCODERS)}.get(f.name)
+        choices = {"layout": LAYOUTS, "source_format": list(WRITERS)}.get(f.name)
         parser.add_argument(
             option,
             dest=f.name,

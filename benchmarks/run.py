@@ -59,6 +59,7 @@ from airflow_cdc_provider.jobs.session import build_session
 from airflow_cdc_provider.replay.engine import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from benchmarks.generate import (
+    WRITERS,
     add_workload_arguments,
     generate,
     read_expected,
@@ -602,6 +603,11 @@ def main(argv: list[str] | None = None) -> int:
         workload = workload_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
+    if WRITERS[workload.source_format].container is not None:
+        parser.error(
+            f"the measurements read landings of JSON lines; {workload.source_format} lands binary files "
+            f"(python -m benchmarks.generate writes them; time their rebuild with cdc-replay)"
+        )
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdc-bench-"))
     landed = workdir / "landed"

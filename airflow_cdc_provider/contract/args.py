@@ -26,10 +26,12 @@ from airflow_cdc_provider.contract.partitions import (
 
 # --format names; the decoder registry (formats/__init__.py) serves exactly these.
 FORMAT_NAMES = (
+    "aws-dms",
     "canal-json",
     "cdl-json",
     "datahub-blob",
     "datahub-tuple",
+    "debezium-avro",
     "debezium-json",
     "debezium-mongodb",
     "dts-avro",
@@ -65,20 +67,47 @@ def _columns(name: str, value: str | Iterable[str]) -> str:
     return ",".join(columns)
 
 
-def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None) -> tuple[str, ...]:
-    """``--key`` values: a column list for every table, or ``{table: columns}`` for named tables."""
+def _table_column_arguments(
+    name: str,
+    value: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None,
+    *,
+    table_required: bool = False,
+) -> tuple[str, ...]:
+    """``COL[,COL...]`` / ``TABLE=COL[,COL...]`` option values (``--key``, ``--columns``).
+
+    A mapping gives one ``TABLE=...`` value per table. Otherwise, with ``table_required`` (every
+    value names its table), each item is one ``TABLE=COL[,COL...]`` string; without, the item or
+    items are the columns of one value for every table.
+    """
     if value is None or value == "":
         return ()
     if not isinstance(value, Mapping):
-        columns = value if isinstance(value, (str, os.PathLike)) else list(value)
-        return (_columns("key_columns", columns),) if columns else ()
+        items = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+        if table_required:
+            return tuple(_table_columns_value(name, item) for item in items)
+        return (_columns(name, items),) if items else ()
     out = []
     for table, columns in value.items():
-        table = _checked("key_columns table", table)
+        table = _checked(f"{name} table", table)
         if "=" in table or "," in table:
-            raise CdcJobArgumentError(f"key_columns table names must not contain '=' or ',', got {table!r}")
-        out.append(f"{table}={_columns(f'key_columns[{table!r}]', columns)}")
+            raise CdcJobArgumentError(f"{name} table names must not contain '=' or ',', got {table!r}")
+        out.append(f"{table}={_columns(f'{name}[{table!r}]', columns)}")
     return tuple(out)
+
+
+def _table_columns_value(name: str, item: str) -> str:
+    """One ``TABLE=COL[,COL...]`` string, checked."""
+    table, equals, columns = _checked(name, item).partition("=")
+    if not equals or not table.strip() or "," in table:
+        raise CdcJobArgumentError(f"{name} entries are TABLE=COL[,COL...], got {item!r}")
+    return (
+        f"{table.strip()}={_columns(f'{name}[{table.strip()!r}]', [c.strip() for c in columns.split(',')])}"
+    )
+
+
+def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None) -> tuple[str, ...]:
+    """``--key`` values: a column list for every table, or ``{table: columns}`` for named tables."""
+    return _table_column_arguments("key_columns", value)
 
 
 def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[str, str]:
@@ -107,6 +136,8 @@ class SnapshotArgs:
     as_of: str
     key_arguments: Sequence[str] = ()  # each one --key value: "a,b" or "db.table=a,b"
     tables: Sequence[str] = ()
+    table_columns: Sequence[str] = ()  # each one --columns value: "db.table=c1,c2"
+    timestamp_column: str | None = None
     on_error: str = DEFAULT_ON_ERROR
     with_metadata: bool = False
     binary_as_text: bool = False
@@ -127,6 +158,8 @@ class SnapshotArgs:
         as_of: str | int | datetime,
         key_columns: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
         tables: str | Iterable[str] | None = None,
+        table_columns: Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
+        timestamp_column: str | None = None,
         on_error: str = DEFAULT_ON_ERROR,
         with_metadata: bool = False,
         binary_as_text: bool = False,
@@ -156,6 +189,8 @@ class SnapshotArgs:
             as_of=normalise_as_of(as_of),
             key_arguments=keys,
             tables=tuple(_as_list("tables", tables)),
+            table_columns=_table_column_arguments("table_columns", table_columns, table_required=True),
+            timestamp_column=_checked("timestamp_column", timestamp_column) if timestamp_column else None,
             on_error=on_error,
             with_metadata=bool(with_metadata),
             binary_as_text=bool(binary_as_text),
@@ -175,6 +210,10 @@ class SnapshotArgs:
             args += ["--key", key]
         for table in self.tables:
             args += ["--table", table]
+        for columns in self.table_columns:
+            args += ["--columns", columns]
+        if self.timestamp_column:
+            args += ["--timestamp-column", self.timestamp_column]
         args += ["--on-error", self.on_error]
         if self.with_metadata:
             args.append("--with-metadata")
@@ -212,6 +251,8 @@ class SnapshotArgs:
             as_of=ns.as_of,
             key_columns=None,
             tables=ns.tables,
+            table_columns=ns.table_columns,
+            timestamp_column=ns.timestamp_column,
             on_error=ns.on_error,
             with_metadata=ns.with_metadata,
             binary_as_text=ns.binary_as_text,
@@ -268,6 +309,19 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool
         dest="tables",
         metavar="NAME",
         help="only these tables (qualified or bare name); for qlik-json without table fields, the table the files hold",
+    )
+    parser.add_argument(
+        "--columns",
+        action="append",
+        default=[],
+        dest="table_columns",
+        metavar="TABLE=COL[,COL...]",
+        help="aws-dms: the columns of TABLE's headerless CSV rows after Op, in file order; repeatable",
+    )
+    parser.add_argument(
+        "--timestamp-column",
+        metavar="NAME",
+        help="aws-dms: the column DMS adds with TimestampColumnName; it orders events, not a snapshot column",
     )
     if with_master:
         parser.add_argument(

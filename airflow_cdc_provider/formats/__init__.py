@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 # --format name -> "module:Class"; imported on use so one broken optional decoder cannot stop the others.
 _REGISTRY: dict[str, str] = {
     "debezium-json": "airflow_cdc_provider.formats.debezium:DebeziumJsonDecoder",
+    "debezium-avro": "airflow_cdc_provider.formats.debezium_avro:DebeziumAvroDecoder",
     "cdl-json": "airflow_cdc_provider.formats.cdl:CdlJsonDecoder",
     "canal-json": "airflow_cdc_provider.formats.canal:CanalJsonDecoder",
     "shareplex-json": "airflow_cdc_provider.formats.shareplex:ShareplexJsonDecoder",
@@ -21,6 +22,7 @@ _REGISTRY: dict[str, str] = {
     "maxwell-json": "airflow_cdc_provider.formats.maxwell:MaxwellJsonDecoder",
     "ogg-json": "airflow_cdc_provider.formats.ogg:OggJsonDecoder",
     "debezium-mongodb": "airflow_cdc_provider.formats.debezium_mongodb:DebeziumMongodbDecoder",
+    "aws-dms": "airflow_cdc_provider.formats.aws_dms:AwsDmsDecoder",
 }
 
 

@@ -22,7 +22,9 @@ class DecodeOptions:
     text instead of binary. ``context_files`` are files an incremental run does not decode (its
     base applied them) but that may hold what decoding the others needs (Qlik's MD messages).
     ``with_metadata`` is ``--with-metadata``: a decoder may then keep source metadata a row does
-    not otherwise carry (Shareplex's ``rowid``).
+    not otherwise carry (Shareplex's ``rowid``). ``table_columns`` holds ``--columns TABLE=C1,C2``
+    entries (the column names of headerless CSV landings, AWS DMS) and ``timestamp_column`` is
+    ``--timestamp-column`` (the column DMS adds with ``TimestampColumnName``).
     """
 
     key_columns: tuple[str, ...] = ()
@@ -31,6 +33,8 @@ class DecodeOptions:
     binary_as_text: bool = False
     context_files: tuple[LandedFile, ...] = ()
     with_metadata: bool = False
+    table_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    timestamp_column: str | None = None
 
 
 class Decoder(ABC):

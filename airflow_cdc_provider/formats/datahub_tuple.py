@@ -16,15 +16,11 @@ columns their Parquet type (declared in ``types``), CSV values are strings.
 
 from __future__ import annotations
 
-import posixpath
 from collections import defaultdict
 
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    DataType,
     MapType,
     StringType,
     StructField,
@@ -33,7 +29,6 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     IGNORED_TOMBSTONE,
@@ -57,6 +52,15 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
+from airflow_cdc_provider.formats.tabular import (
+    KIND_CSV,
+    KIND_JSON,
+    KIND_PARQUET,
+    column,
+    declared_type,
+    landing_kind,
+    parquet_frames,
+)
 
 # Not yet in events.py (see the report): the first half of an update pair, counted as ignored
 # because its row travels with the second half as the update's before image.
@@ -72,20 +76,6 @@ AFTER_IMAGE = "_after_image_"
 METADATA_FIELDS = (SEQUENCE_ID, OPERATION_TYPE, EXECUTE_TIME, SOURCE_TABLE, BEFORE_IMAGE, AFTER_IMAGE)
 
 _TUPLE_OPS = {"I": OP_INSERT, "U": OP_UPDATE, "D": OP_DELETE}
-# Parquet types the engine accepts in `types` (simpleString of the Spark type).
-_DECLARABLE_TYPES = (
-    "tinyint",
-    "smallint",
-    "int",
-    "bigint",
-    "float",
-    "double",
-    "string",
-    "boolean",
-    "date",
-    "timestamp",
-    "binary",
-)
 # An epoch value at or above this is microseconds (DataHub's TIMESTAMP type), below it milliseconds.
 _MICROS_FROM = 10**14
 # One CSV field: a quoted field ("" escapes a quote) that ends the field, or anything up to the
@@ -117,11 +107,6 @@ def is_metadata_column(name: str) -> bool:
     return len(name) > 2 and name.startswith("_") and name.endswith("_")
 
 
-def _column(name: str) -> Column:
-    """A top-level column by its exact name (dots and backticks in Parquet names are literal)."""
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
 def _is_metadata_key(key: Column) -> Column:
     return (F.length(key) > 2) & key.startswith("_") & key.endswith("_")
 
@@ -138,29 +123,15 @@ class DatahubTupleDecoder(Decoder):
         for landed in files:
             by_kind[landing_kind(landed.path)].append(landed)
         parts: list[DataFrame] = []
-        if by_kind["json"]:
-            parts.append(_json_rows(spark, by_kind["json"]))
-        if by_kind["csv"]:
-            parts.append(_csv_rows(spark, by_kind["csv"]))
-        parts.extend(_parquet_rows(spark, by_kind["parquet"]))
+        if by_kind[KIND_JSON]:
+            parts.append(_json_rows(spark, by_kind[KIND_JSON]))
+        if by_kind[KIND_CSV]:
+            parts.append(_csv_rows(spark, by_kind[KIND_CSV]))
+        parts.extend(_parquet_rows(spark, by_kind[KIND_PARQUET]))
         rows = parts[0].select(*_ROW_COLUMNS)
         for part in parts[1:]:
             rows = rows.union(part.select(*_ROW_COLUMNS))
         return _events(rows, options)
-
-
-def landing_kind(path: str) -> str:
-    """``json``, ``csv`` or ``parquet`` from the file name; compression suffixes are looked through."""
-    name = posixpath.basename(path).lower()
-    for suffix in COMPRESSED_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    if name.endswith(".csv"):
-        return "csv"
-    if name.endswith(".parquet"):
-        return "parquet"
-    return "json"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,40 +252,29 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
 
 
 def _parquet_rows(spark: SparkSession, files: list[LandedFile]) -> list[DataFrame]:
-    """Parquet: one read per directory (a TUPLE topic has one fixed schema, so a directory usually
-    holds one table); a directory whose files' schemas cannot be merged is read file by file, so
-    that each file keeps its own columns and types and the engine sees any type change per file."""
-    by_dir: dict[str, list[str]] = defaultdict(list)
-    for landed in files:
-        by_dir[posixpath.dirname(landed.path)].append(landed.path)
-    parts = []
-    for paths in by_dir.values():
-        try:
-            parts.append(_parquet_group(spark.read.option("mergeSchema", "true").parquet(*paths)))
-        except (Py4JJavaError, PySparkException):
-            parts.extend(_parquet_group(spark.read.parquet(path)) for path in paths)
-    return parts
+    """Parquet: a TUPLE topic has one fixed schema, so a folder usually holds one table."""
+    return [_parquet_group(df) for df in parquet_frames(spark, [f.path for f in files])]
 
 
 def _parquet_group(df: DataFrame) -> DataFrame:
     fields = {f.name: f.dataType for f in df.schema.fields}
     business = [name for name in fields if not is_metadata_column(name)]
-    image = F.create_map(*[c for name in business for c in (F.lit(name), _column(name).cast("variant"))])
-    declared = [(name, _declared_type(fields[name])) for name in business]
+    image = F.create_map(*[c for name in business for c in (F.lit(name), column(name).cast("variant"))])
+    declared = [(name, declared_type(fields[name])) for name in business]
     types = F.create_map(*[c for name, t in declared if t for c in (F.lit(name), F.lit(t))])
 
     def meta(name: str) -> Column:
-        return _column(name).cast("string") if name in fields else F.lit(None).cast("string")
+        return column(name).cast("string") if name in fields else F.lit(None).cast("string")
 
     if isinstance(fields.get(EXECUTE_TIME), TimestampType):
-        event_ms, time_bad = F.unix_millis(_column(EXECUTE_TIME)), F.lit(False)
+        event_ms, time_bad = F.unix_millis(column(EXECUTE_TIME)), F.lit(False)
     else:
         event_ms, time_bad = event_ms_from_text(meta(EXECUTE_TIME))
     return df.select(
         F.col("_metadata.file_path").alias("file"),
         F.col("_metadata.row_index").alias("file_pos"),
         F.lit(None).cast("long").alias("line"),
-        F.to_json(F.struct(*[_column(name) for name in fields])).alias("raw"),
+        F.to_json(F.struct(*[column(name) for name in fields])).alias("raw"),
         F.lit(None).cast("string").alias("bad"),
         F.lit(False).alias("tombstone"),
         meta(SEQUENCE_ID).alias("seq"),
@@ -327,11 +287,6 @@ def _parquet_group(df: DataFrame) -> DataFrame:
         image.cast(IMAGE_TYPE).alias("image"),
         types.cast(MapType(StringType(), StringType())).alias("types"),
     )
-
-
-def _declared_type(data_type: DataType) -> str | None:
-    name = data_type.simpleString()
-    return name if name in _DECLARABLE_TYPES or name.startswith("decimal(") else None
 
 
 def event_ms_from_text(text: Column) -> tuple[Column, Column]:

@@ -192,127 +192,131 @@ class DebeziumJsonDecoder(Decoder):
     needs = "--key (except Lindorm HBase tables, keyed by ROW, and CDL records carrying `unique`)"
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
-        parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        e = _envelope()
-        staged = plan_barrier(parsed.select("*", e.alias("e")))
-        e = F.col("e")
-        src = e["source"]
+        return envelope_events(parse_json_records(spark, files, RECORD_SCHEMA), options)
 
-        # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
-        declared_columns = F.coalesce(
-            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after"), F.lit(1))[
-                "fields"
-            ],
-            F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before"), F.lit(1))[
-                "fields"
-            ],
-        )
-        declared = column_types(declared_columns)
-        hbase = _is_hbase(e) & declared.isNull()
-        hbase_type = F.lit("string" if options.binary_as_text else "binary")
-        hbase_declared = F.transform_values(
-            F.coalesce(e["after"], e["before"]),
-            lambda k, v: F.struct(hbase_type.alias("type"), F.lit("base64").alias("codec")),
-        )
-        declared = F.when(hbase, hbase_declared).otherwise(declared)
-        staged = plan_barrier(staged.select("*", declared.alias("declared")))
-        declared = F.col("declared")
 
-        after = convert_image(e["after"], declared)
-        before = convert_image(e["before"], declared)
-        if options.binary_as_text:
+def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
+    """Canonical events of parsed Debezium records (``parse_json_records`` columns, ``j`` in ``RECORD_SCHEMA``).
 
-            def as_text(img: Column) -> Column:
-                return F.transform_values(
-                    img, lambda k, v: F.try_variant_get(v, "$", "binary").cast("string").cast("variant")
-                )
+    Shared by every landing of the Debezium envelope: JSON lines here, Avro and Parquet files in
+    ``debezium_avro`` (which hands over each record as the JSON Kafka Connect's JsonConverter
+    writes, with its schema block), so types, ordering and positions follow one set of rules.
+    """
+    e = _envelope()
+    staged = plan_barrier(parsed.select("*", e.alias("e")))
+    e = F.col("e")
+    src = e["source"]
 
-            after = F.when(hbase, as_text(after)).otherwise(after)
-            before = F.when(hbase, as_text(before)).otherwise(before)
-        staged = plan_barrier(staged.select("*", after.alias("after_typed"), before.alias("before_typed")))
-        after, before = F.col("after_typed"), F.col("before_typed")
+    # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
+    declared_columns = F.coalesce(
+        F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after"), F.lit(1))[
+            "fields"
+        ],
+        F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before"), F.lit(1))[
+            "fields"
+        ],
+    )
+    declared = column_types(declared_columns)
+    hbase = _is_hbase(e) & declared.isNull()
+    hbase_type = F.lit("string" if options.binary_as_text else "binary")
+    hbase_declared = F.transform_values(
+        F.coalesce(e["after"], e["before"]),
+        lambda k, v: F.struct(hbase_type.alias("type"), F.lit("base64").alias("codec")),
+    )
+    declared = F.when(hbase, hbase_declared).otherwise(declared)
+    staged = plan_barrier(staged.select("*", declared.alias("declared")))
+    declared = F.col("declared")
 
-        op = _op(e)
-        has_row_change = e["op"].isNotNull()
-        bad_value = image_conversion_failed(e["after"], after, declared) | image_conversion_failed(
-            e["before"], before, declared
-        )
-        base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
+    after = convert_image(e["after"], declared)
+    before = convert_image(e["before"], declared)
+    if options.binary_as_text:
 
-        kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (
-                images_not_objects(
-                    F.col("bad"),
-                    F.col("j._corrupt_record"),
-                    "$.payload.after",
-                    "$.payload.before",
-                    "$.after",
-                    "$.before",
-                ),
-                KIND_QUARANTINED,
-                Q_IMAGE_NOT_OBJECT,
-            ),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
-            (e["status"].isin("BEGIN", "END") & ~has_row_change, KIND_IGNORED, IGNORED_TRANSACTION),
-            (e["ddl"].isNotNull() & ~has_row_change, KIND_IGNORED, IGNORED_DDL),
-            (e["op"] == "m", KIND_IGNORED, "logical decoding message"),
-            (
-                ~has_row_change
-                & (
-                    e["HEARTBEAT_IDENTIFIER"].isNotNull()
-                    | (
-                        e["ts_ms"].isNotNull()
-                        & e["source"].isNull()
-                        & e["after"].isNull()
-                        & e["before"].isNull()
-                    )
-                ),
-                KIND_IGNORED,
-                IGNORED_HEARTBEAT,
-            ),
-            (~has_row_change, KIND_QUARANTINED, Q_MISSING_OP),
-            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (_qualified_table(src).isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
-            (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & e["after"].isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
-            (
-                (op == OP_DELETE) & e["before"].isNull() & e["after"].isNull() & e["unique"].isNull(),
-                KIND_QUARANTINED,
-                Q_KEY_UNKNOWN,
-            ),
-        )
-        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
-        unique_keys = F.when(e["unique"].isNotNull(), F.map_keys(e["unique"]))
-        key_cols = F.when(hbase, F.array(F.lit("ROW"))).otherwise(unique_keys)
-        # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.
-        before_or_key = F.when(
-            (op == OP_DELETE) & before.isNull() & e["unique"].isNotNull(), e["unique"]
-        ).otherwise(before)
-        types = F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"]))
-
-        return staged.select(
-            *canonical(
-                table=_qualified_table(src),
-                kind=kind,
-                op=op,
-                reason=reason,
-                # A source.ts_ms of 0 (snapshot reads of early Debezium MySQL) is no time: the
-                # envelope's ts_ms, when the connector read the row, is (as the sensor reads it).
-                event_ms=F.coalesce(F.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
-                log_pos=_log_position(src),
-                log_pos_unreadable=src["lsn"].isNotNull() & _lsn_position(src["lsn"]).isNull(),
-                sub_pos=F.lit(0),
-                tx_id=F.coalesce(e["transaction"]["id"], src["txId"]),
-                before=before_or_key,
-                after=F.when(op != OP_DELETE, after),
-                partial=F.lit(False),
-                key_cols=key_cols,
-                types=types,
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+        def as_text(img: Column) -> Column:
+            return F.transform_values(
+                img, lambda k, v: F.try_variant_get(v, "$", "binary").cast("string").cast("variant")
             )
+
+        after = F.when(hbase, as_text(after)).otherwise(after)
+        before = F.when(hbase, as_text(before)).otherwise(before)
+    staged = plan_barrier(staged.select("*", after.alias("after_typed"), before.alias("before_typed")))
+    after, before = F.col("after_typed"), F.col("before_typed")
+
+    op = _op(e)
+    has_row_change = e["op"].isNotNull()
+    bad_value = image_conversion_failed(e["after"], after, declared) | image_conversion_failed(
+        e["before"], before, declared
+    )
+    base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
+
+    kind, reason = classify(
+        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (
+            images_not_objects(
+                F.col("bad"),
+                F.col("j._corrupt_record"),
+                "$.payload.after",
+                "$.payload.before",
+                "$.after",
+                "$.before",
+            ),
+            KIND_QUARANTINED,
+            Q_IMAGE_NOT_OBJECT,
+        ),
+        (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (e["status"].isin("BEGIN", "END") & ~has_row_change, KIND_IGNORED, IGNORED_TRANSACTION),
+        (e["ddl"].isNotNull() & ~has_row_change, KIND_IGNORED, IGNORED_DDL),
+        (e["op"] == "m", KIND_IGNORED, "logical decoding message"),
+        (
+            ~has_row_change
+            & (
+                e["HEARTBEAT_IDENTIFIER"].isNotNull()
+                | (e["ts_ms"].isNotNull() & e["source"].isNull() & e["after"].isNull() & e["before"].isNull())
+            ),
+            KIND_IGNORED,
+            IGNORED_HEARTBEAT,
+        ),
+        (~has_row_change, KIND_QUARANTINED, Q_MISSING_OP),
+        (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (_qualified_table(src).isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
+        (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & e["after"].isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        (
+            (op == OP_DELETE) & e["before"].isNull() & e["after"].isNull() & e["unique"].isNull(),
+            KIND_QUARANTINED,
+            Q_KEY_UNKNOWN,
+        ),
+    )
+    reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+    unique_keys = F.when(e["unique"].isNotNull(), F.map_keys(e["unique"]))
+    key_cols = F.when(hbase, F.array(F.lit("ROW"))).otherwise(unique_keys)
+    # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.
+    before_or_key = F.when(
+        (op == OP_DELETE) & before.isNull() & e["unique"].isNotNull(), e["unique"]
+    ).otherwise(before)
+    types = F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"]))
+
+    return staged.select(
+        *canonical(
+            table=_qualified_table(src),
+            kind=kind,
+            op=op,
+            reason=reason,
+            # A source.ts_ms of 0 (snapshot reads of early Debezium MySQL) is no time: the
+            # envelope's ts_ms, when the connector read the row, is (as the sensor reads it).
+            event_ms=F.coalesce(F.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
+            log_pos=_log_position(src),
+            log_pos_unreadable=src["lsn"].isNotNull() & _lsn_position(src["lsn"]).isNull(),
+            sub_pos=F.lit(0),
+            tx_id=F.coalesce(e["transaction"]["id"], src["txId"]),
+            before=before_or_key,
+            after=F.when(op != OP_DELETE, after),
+            partial=F.lit(False),
+            key_cols=key_cols,
+            types=types,
+            file=F.col("file"),
+            file_pos=F.col("file_pos"),
+            line=F.col("line"),
+            raw=F.col("text"),
         )
+    )

@@ -68,6 +68,9 @@ Q_MISSING_TABLE = "missing table"
 # An update that only names changed nested fields (a dotted path, an array truncation) and no full
 # document: the snapshot holds top-level fields, so it cannot be applied exactly (Debezium MongoDB).
 Q_NESTED_UPDATE = "update of a nested field without the full document"
+Q_BAD_PARQUET = "bad Parquet"  # a landed .parquet file whose footer does not read
+Q_NO_COLUMNS = "no column list"  # a headerless CSV row of a table no --columns or definition names
+Q_CSV_WIDTH = "CSV row width does not match its column list"
 
 IMAGE_TYPE = MapType(StringType(), VariantType(), valueContainsNull=True)
 

@@ -170,6 +170,25 @@ def dts_avro(record: str) -> int | None:
     return _positive(seconds * 1000 if seconds is not None else None)
 
 
+def aws_dms(record: str) -> int | None:
+    """``metadata.timestamp`` of DMS's Kafka/Kinesis JSON (ISO, microseconds, ``Z``), in whole ms.
+
+    Only JSON lines carry it: a row of DMS's S3 CSV is not self-describing (its time column is
+    known from ``--timestamp-column`` and ``--columns`` only), so CSV rows give None.
+    """
+    text = _get(_json_object(record), "metadata", "timestamp")
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    # Whole milliseconds, exactly (a float product could round 0.999 ms up).
+    return _positive((parsed - _EPOCH) // timedelta(milliseconds=1))
+
+
 @functools.cache
 def _dts_record_prefix_schema() -> Any:
     """The parsed common prefix of old and new DTS Records (the decoder's schema), parsed once."""
@@ -222,6 +241,11 @@ EXTRACTORS: dict[str, Callable[[str], int | None]] = {
     "maxwell-json": maxwell_json,
     "ogg-json": ogg_json,
     "debezium-mongodb": debezium_mongodb,
+    "aws-dms": aws_dms,
+}
+# Formats whose landings have no last records to read cheaply: the event_time strategy refuses them.
+UNSUPPORTED: dict[str, str] = {
+    "debezium-avro": "Avro container and Parquet files cannot be read from their last bytes",
 }
 
 
@@ -230,8 +254,9 @@ def extractor_for(source_format: str) -> Callable[[str], int | None]:
     try:
         return EXTRACTORS[source_format]
     except KeyError:
+        why = f" ({UNSUPPORTED[source_format]})" if source_format in UNSUPPORTED else ""
         raise UnsupportedEventTimeFormatError(
-            f"the event_time strategy cannot read event times of source_format {source_format!r}; "
+            f"the event_time strategy cannot read event times of source_format {source_format!r}{why}; "
             f"it knows {', '.join(sorted(EXTRACTORS))}. Use strategy 'marker' or 'partition' instead."
         ) from None
 

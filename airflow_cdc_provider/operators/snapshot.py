@@ -50,6 +50,10 @@ class CdcSnapshotOperator(BaseOperator):
         (``--key``), or a mapping ``{qualified table: column(s)}`` for per-table keys. (templated)
     :param tables: restrict the snapshot to these qualified table names (``--table``); ``None``
         or an empty rendered string means every table. (templated)
+    :param table_columns: ``aws-dms``: the columns of headerless CSV rows per table (``--columns``),
+        ``{table: column(s)}`` or a list of ``TABLE=COL,...`` strings. (templated)
+    :param timestamp_column: ``aws-dms``: the column DMS adds with ``TimestampColumnName``
+        (``--timestamp-column``). (templated)
     :param conn_id: Airflow connection of type ``spark`` that gives the master (``local[*]``,
         ``spark://host:7077``, ``yarn``, ``k8s://...``); the task fails if it is missing.
     :param spark_conf: extra Spark properties for spark-submit (``--conf key=value``).
@@ -82,6 +86,8 @@ class CdcSnapshotOperator(BaseOperator):
         "as_of",
         "key_columns",
         "tables",
+        "table_columns",
+        "timestamp_column",
         "base_path",
     )
     ui_color = "#d6eaf8"
@@ -95,6 +101,8 @@ class CdcSnapshotOperator(BaseOperator):
         as_of: str | int | datetime | None = None,
         key_columns: str | list[str] | dict[str, str | list[str]] | None = None,
         tables: str | list[str] | None = None,
+        table_columns: dict[str, str | list[str]] | list[str] | None = None,
+        timestamp_column: str | None = None,
         conn_id: str = CdcReplayHook.default_conn_name,
         spark_conf: dict[str, Any] | None = None,
         on_error: str = "quarantine",
@@ -115,6 +123,8 @@ class CdcSnapshotOperator(BaseOperator):
         self.as_of = as_of
         self.key_columns = key_columns
         self.tables = tables
+        self.table_columns = table_columns
+        self.timestamp_column = timestamp_column
         self.conn_id = conn_id
         self.spark_conf = spark_conf
         self.on_error = on_error
@@ -153,6 +163,8 @@ class CdcSnapshotOperator(BaseOperator):
             as_of=resolve_as_of(self.as_of, context),
             key_columns=self.key_columns,
             tables=self.tables or None,
+            table_columns=self.table_columns or None,
+            timestamp_column=self.timestamp_column or None,
             on_error=self.on_error,
             with_metadata=self.with_metadata,
             partitions=self.partitions,

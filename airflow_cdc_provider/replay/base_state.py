@@ -59,6 +59,7 @@ class BaseState:
         default_factory=dict
     )  # signatures, dropped, key_columns, last_event_ms
     files: dict[str, list[Any]] = field(default_factory=dict)  # path -> [size, newest event ms or None]
+    decode: dict[str, Any] = field(default_factory=dict)  # format options that change decoding
 
     @property
     def rows_uri(self) -> str:
@@ -84,6 +85,7 @@ class BaseState:
                 "tables_filter": self.tables_filter,
                 "tables": self.tables,
                 "files": self.files,
+                "decode": self.decode,
             },
             sort_keys=True,
         )
@@ -119,6 +121,7 @@ def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | 
         tables_filter=data["tables_filter"],
         tables=data["tables"],
         files=data["files"],
+        decode=data.get("decode", {}),
     ), None
 
 

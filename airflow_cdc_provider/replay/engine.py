@@ -53,6 +53,7 @@ from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.plan import (
     SKIPPED_IN_BASE,
     Input,
+    decode_json,
     keys_json,
     read_all,
     read_input,
@@ -314,5 +315,6 @@ def _write_state(
         tables_filter=sorted(spec.tables),
         tables=tables,
         files=files,
+        decode=decode_json(spec),
     )
     target.write_text(f"{STATE_DIR}/{STATE_FILE}", state.to_json())

@@ -39,8 +39,6 @@ from airflow_cdc_provider.replay.spec import SnapshotSpec
 
 log = logging.getLogger(__name__)
 
-log = logging.getLogger(__name__)
-
 SKIPPED_PARTITION = "partition starts after AS OF + lateness"
 SKIPPED_IN_BASE = "already applied by the base"
 
@@ -67,11 +65,24 @@ def _base_mismatch(spec: SnapshotSpec, state: BaseState) -> str | None:
         return "--key differs from the base's"
     if state.tables_filter != sorted(spec.tables):
         return "--table differs from the base's"
+    if state.decode != decode_json(spec):
+        return "--columns or --timestamp-column differs from the base's"
     return None
 
 
 def keys_json(keys: KeyConfig) -> list:
     return [list(keys.default), sorted([name, list(cols)] for name, cols in keys.per_table)]
+
+
+def decode_json(spec: SnapshotSpec) -> dict:
+    """The format options that change what a file decodes to, as the state records them."""
+    options = spec.decode_options
+    settings: dict = {}
+    if options.table_columns:
+        settings["columns"] = {table: list(cols) for table, cols in sorted(options.table_columns.items())}
+    if options.timestamp_column:
+        settings["timestamp_column"] = options.timestamp_column
+    return settings
 
 
 def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: bool) -> Input:

@@ -53,6 +53,8 @@ class SnapshotSpec:
             table=given.table,
             binary_as_text=given.binary_as_text,
             with_metadata=args.with_metadata,
+            table_columns=given.table_columns or parse_table_columns(args.table_columns),
+            timestamp_column=given.timestamp_column or args.timestamp_column,
         )
         return cls(
             source_format=args.source_format,
@@ -99,14 +101,35 @@ class SnapshotSpec:
         return cls.from_job_args(args, decode_options)
 
 
+def _table_and_columns(value: str) -> tuple[str | None, tuple[str, ...]]:
+    """``a,b`` -> ``(None, (a, b))``; ``db.t=a,b`` -> ``("db.t", (a, b))``."""
+    table, equals, cols = value.partition("=")
+    if not equals:
+        table, cols = None, value
+    return (table.strip() if table is not None else None), tuple(
+        c.strip() for c in cols.split(",") if c.strip()
+    )
+
+
 def parse_keys(values: list[str]) -> KeyConfig:
     """``--key id`` / ``--key a,b`` (every table) and ``--key db.t=a,b`` (one table)."""
     default: tuple[str, ...] = ()
     per_table: list[tuple[str, tuple[str, ...]]] = []
     for value in values:
-        if "=" in value:
-            table, cols = value.split("=", 1)
-            per_table.append((table.strip(), tuple(c.strip() for c in cols.split(",") if c.strip())))
+        table, columns = _table_and_columns(value)
+        if table is None:
+            default = default + columns
         else:
-            default = default + tuple(c.strip() for c in value.split(",") if c.strip())
+            per_table.append((table, columns))
     return KeyConfig(default=default, per_table=tuple(per_table))
+
+
+def parse_table_columns(values: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``--columns db.t=a,b`` (repeatable): the columns of each named table, parsed as ``--key TABLE=``."""
+    parsed = {}
+    for value in values:
+        table, columns = _table_and_columns(value)
+        if table is None:
+            raise ValueError(f"--columns takes TABLE=COL[,COL...], got {value!r}")
+        parsed[table] = columns
+    return parsed

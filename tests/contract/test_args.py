@@ -17,6 +17,8 @@ EVERY_OPTION = SnapshotArgs(
     as_of="2024-09-02T06:40:00+00:00",
     key_arguments=("id,region", "db.orders=order_id"),
     tables=("db.orders", "customers"),
+    table_columns=("hr.employee=id,name,hired", "orders=order_id,qty"),
+    timestamp_column="dms_ts",
     on_error="fail",
     with_metadata=True,
     binary_as_text=True,
@@ -67,3 +69,35 @@ def test_format_names_are_the_registrys():
     from airflow_cdc_provider.formats import format_names
 
     assert tuple(format_names()) == FORMAT_NAMES
+
+
+def test_table_columns_from_a_mapping_or_table_entries_and_refused_without_a_table():
+    args = SnapshotArgs.build(
+        source_format="aws-dms",
+        input_paths="/lake/dms",
+        output_path="/o",
+        as_of=0,
+        table_columns={"hr.employee": ["id", "name"], "orders": "order_id"},
+        timestamp_column="ts",
+    )
+    assert args.table_columns == ("hr.employee=id,name", "orders=order_id")
+    assert args.to_argv() == [
+        "--format", "aws-dms", "--input", "/lake/dms", "--as-of", "0", "--output", "/o",
+        "--columns", "hr.employee=id,name", "--columns", "orders=order_id", "--timestamp-column", "ts",
+        "--on-error", "quarantine",
+    ]  # fmt: skip
+    assert SnapshotArgs.from_argv(args.to_argv()) == args
+    listed = SnapshotArgs.build(
+        source_format="aws-dms", input_paths="/l", output_path="/o", as_of=0, table_columns=["hr.e = a, b"]
+    )
+    assert listed.table_columns == ("hr.e=a,b",)
+    for bad, message in (
+        (["id,name"], "TABLE=COL"),
+        ({"hr.e": []}, "at least one column"),
+        ({"a=b": "x"}, "must not contain"),
+        (["hr.e=a,-b"], "must not start with '-'"),
+    ):
+        with pytest.raises(CdcJobArgumentError, match=message):
+            SnapshotArgs.build(
+                source_format="aws-dms", input_paths="/l", output_path="/o", as_of=0, table_columns=bad
+            )

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_cdc_provider.landing.event_time import (
     EXTRACTORS,
+    UNSUPPORTED,
     UnsupportedEventTimeFormatError,
     extractor_for,
     newest_event_ms,
@@ -126,11 +127,27 @@ def test_newest_event_is_the_largest_whatever_the_order():
 def test_every_registered_format_has_an_extractor_and_unknown_ones_are_refused():
     from airflow_cdc_provider.formats import format_names
 
-    assert sorted(EXTRACTORS) == format_names()
+    assert sorted([*EXTRACTORS, *UNSUPPORTED]) == format_names()
     with pytest.raises(UnsupportedEventTimeFormatError) as raised:
         extractor_for("no-such-format")
     assert str(raised.value) == (
-        "the event_time strategy cannot read event times of source_format 'no-such-format'; it knows canal-json, "
-        "cdl-json, datahub-blob, datahub-tuple, debezium-json, debezium-mongodb, dts-avro, maxwell-json, ogg-json, "
-        "qlik-json, shareplex-json. Use strategy 'marker' or 'partition' instead."
+        "the event_time strategy cannot read event times of source_format 'no-such-format'; it knows aws-dms, "
+        "canal-json, cdl-json, datahub-blob, datahub-tuple, debezium-json, debezium-mongodb, dts-avro, maxwell-json, "
+        "ogg-json, qlik-json, shareplex-json. Use strategy 'marker' or 'partition' instead."
     )
+    with pytest.raises(
+        UnsupportedEventTimeFormatError, match=r"'debezium-avro' \(Avro container and Parquet"
+    ):
+        extractor_for("debezium-avro")
+
+
+def test_aws_dms_reads_metadata_timestamp_of_json_lines_only():
+    record = {
+        "data": {"id": 1},
+        "metadata": {"timestamp": "2024-10-27T12:39:03.210671Z", "operation": "insert"},
+    }
+    assert extractor_for("aws-dms")(line(record)) == 1730032743210
+    no_offset = {"metadata": {"timestamp": "2024-10-27T12:39:03.999999"}}
+    assert extractor_for("aws-dms")(line(no_offset)) == 1730032743999
+    assert extractor_for("aws-dms")("I,101,Smith,2024-10-27 12:39:03.210671") is None  # an S3 CSV row
+    assert extractor_for("aws-dms")(line({"metadata": {"timestamp": "yesterday"}})) is None

@@ -27,9 +27,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tests.formats.test_aws_dms import record as dms_record
 from tests.formats.test_canal import msg as canal_msg
 from tests.formats.test_cdl import change as cdl_change
 from tests.formats.test_datahub_blob import message as blob_message
+from tests.formats.test_debezium_avro import container, envelope, envelope_schema
 from tests.formats.test_debezium_mongodb import value as mongo_value
 from tests.formats.test_dts_avro import chars, integer
 from tests.formats.test_dts_avro import message as avro_message
@@ -113,6 +115,9 @@ class Encoder:
     # The record a quarantined but decodable line is kept as (dts-avro keeps the message's Base64).
     decoded_raw: Callable[[str], str] = lambda text: text  # noqa: E731
     partial_images: bool = False  # writes Change.partial updates as partial images
+    # Formats landed as binary files (Avro containers): a file's records (the line texts) -> its bytes.
+    container: Callable[[list[str]], bytes] | None = None
+    suffix: str = ".json"  # the landed files' extension
 
     def row(self, key: int, name: str | None, qty: int | None) -> dict[str, Any]:
         return dict(zip(self.columns, (key, name, qty)))
@@ -271,6 +276,40 @@ def _datahub_blob(table: str, c: Change, before: dict | None) -> list[Line]:
     return [Line(json.dumps(record), "change", change=c)]
 
 
+def _aws_dms(table: str, c: Change, before: dict | None) -> list[Line]:
+    row = {"id": c.key, "name": c.name, "qty": c.qty}
+    if c.op == DELETE:
+        data = before or row
+    elif c.op == UPDATE and before:  # DMS's before image: BI_ columns beside the new values
+        data = {**row, **{f"BI_{k}": v for k, v in before.items()}}
+    else:
+        data = row
+    text = dms_record(c.op, data, ms=c.ms, table=table, schema="db", tx=c.position)
+    return [Line(text, "change", change=c)]
+
+
+_DBZ_AVRO_COLUMNS = [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "qty", "type": ["null", "long"], "default": None},
+]
+
+
+def _debezium_avro(table: str, c: Change, before: dict | None) -> list[Line]:
+    """A Debezium envelope as the Avro converter writes it; the line is its JSON, the file an Avro container."""
+    image = {"id": c.key, "name": c.name, "qty": c.qty}
+    op = {INSERT: "c", UPDATE: "u", DELETE: "d"}[c.op]
+    record = envelope(
+        op, (before or image) if c.op == DELETE else before, None if c.op == DELETE else image, c.position
+    )
+    record["source"].update(table=table, ts_ms=c.ms)
+    return [Line(json.dumps(record), "change", change=c)]
+
+
+def _debezium_avro_container(texts: list[str]) -> bytes:
+    return container([json.loads(t) for t in texts], envelope_schema("customers", _DBZ_AVRO_COLUMNS))
+
+
 _QLIK_COLUMNS = {"ID": (1, "INT4", 10, 0, 1), "NAME": (2, "WSTRING", 0, 0, 0), "QTY": (3, "INT4", 10, 0, 0)}
 
 
@@ -392,6 +431,22 @@ ENCODERS: dict[str, Encoder] = {
             columns=("_id", "name", "qty"),
             foreign_reason="missing table",
             partial_images=True,
+        ),
+        Encoder("aws-dms", _aws_dms, lambda t: f"db.{t}", key=("id",)),
+    )
+}
+# Formats landed as binary files, which the line faults above cannot be mixed into: the benchmark
+# generator writes them (one container per file), the format's own tests cover its faults.
+FILE_ENCODERS: dict[str, Encoder] = {
+    e.name: e
+    for e in (
+        Encoder(
+            "debezium-avro",
+            _debezium_avro,
+            lambda t: f"inventory.{t}",
+            key=("id",),
+            container=_debezium_avro_container,
+            suffix=".avro",
         ),
     )
 }

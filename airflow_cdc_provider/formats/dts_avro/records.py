@@ -125,24 +125,34 @@ def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         yield out.flush()
 
 
-class _Columns:
-    """Output rows gathered column by column, flushed as one Arrow batch."""
+class ArrowRows:
+    """Output rows of a ``mapInArrow`` worker gathered column by column, flushed as one Arrow batch."""
 
-    def __init__(self) -> None:
-        self._data: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self._data: dict[str, list[Any]] = {name: [] for name in schema.names}
 
     def __len__(self) -> int:
-        return len(self._data["file"])
+        return len(self._data[self.schema.names[0]])
 
-    def add(self, file: str, file_pos: int, line: int | None, raw: str | None, row: dict[str, Any]) -> None:
-        provenance = {"file": file, "file_pos": file_pos, "line": line, "raw": raw}
+    def append(self, row: dict[str, Any]) -> None:
         for name, values in self._data.items():
-            values.append(provenance[name] if name in provenance else row.get(name))
+            values.append(row.get(name))
 
     def flush(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(self._data, schema=_ARROW_SCHEMA)
-        self._data = {name: [] for name in _ARROW_SCHEMA.names}
+        batch = pa.RecordBatch.from_pydict(self._data, schema=self.schema)
+        self._data = {name: [] for name in self.schema.names}
         return batch
+
+
+class _Columns(ArrowRows):
+    """DTS output rows: a decoded Record's columns with where it came from."""
+
+    def __init__(self) -> None:
+        super().__init__(_ARROW_SCHEMA)
+
+    def add(self, file: str, file_pos: int, line: int | None, raw: str | None, row: dict[str, Any]) -> None:
+        self.append({**row, "file": file, "file_pos": file_pos, "line": line, "raw": raw})
 
 
 def _quarantined(reason: str) -> dict[str, Any]:

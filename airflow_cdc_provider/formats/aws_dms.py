@@ -1,0 +1,698 @@
+"""AWS DMS (``--format aws-dms``): both ways DMS lands changes, told apart by file extension.
+
+- ``.csv`` (also ``.csv.gz`` and the other compressed forms): the S3 target's CSV. No header; the
+  first field is ``Op`` (``I``/``U``/``D``) in change files, and in full-load files ``LOAD*.csv``
+  only with ``IncludeOpForFullLoad``. Whether a full-load row has it is read from its width: the
+  table's column count plus one means ``Op`` comes first, the column count means no ``Op``.
+  Column names come from ``--columns TABLE=C1,C2,...`` or from ``dms_table_definition.json``.
+  Rows are parsed by Spark's own CSV parser (``from_csv``, RFC 4180 quoting, an empty field is
+  null), line by line, so a quarantined row keeps its file and line.
+- ``.parquet``: the S3 target's Parquet; the same ``Op`` column where DMS writes it, the other
+  columns named and typed by the file itself.
+- anything else: JSON lines as the Kafka and Kinesis targets write them, ``{"data": {...},
+  "metadata": {"timestamp", "record-type", "operation", "schema-name", "table-name",
+  "transaction-id", ...}}``. ``data`` columns named ``BI_<column>`` (and a ``before-image`` object
+  beside ``data``) are an update's before image, never columns of the snapshot. ``record-type``
+  ``control`` records (create-table, drop-table, column changes) are DDL, ignored.
+
+S3 landings name their table by folder: ``.../<schema>/<table>/<file>``, looking through date
+partition folders DMS adds below it (``2024/09/02``, ``20240902``, ``dt=...``).
+
+``dms_table_definition.json``, anywhere in the landing, is not data: it holds table definitions in
+the form DMS reads for an S3 source (``{"Tables": [{"TableOwner", "TableName", "TableColumns":
+[{"ColumnName", "ColumnType", "ColumnPrecision", "ColumnScale", "ColumnIsPk"}]}]}``). They give a
+CSV table its column names (unless ``--columns`` does), the column types (``ColumnType``), and the
+key (``ColumnIsPk``, unless ``--key`` names one for the table).
+
+Order: a full load (``LOAD*`` files, operation ``load``) comes before the changes of its table;
+changes follow their time (``--timestamp-column``, DMS's ``TimestampColumnName``, in the S3
+files; ``metadata.timestamp`` in JSON), else the CDC file name's time (``YYYYMMDD-HHMMSSfff``), then
+their file and place in it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.events import (
+    CANONICAL_EVENT_SCHEMA,
+    IGNORED_DDL,
+    IGNORED_TOMBSTONE,
+    IMAGE_TYPE,
+    KIND_CHANGE,
+    KIND_IGNORED,
+    KIND_QUARANTINED,
+    OP_DELETE,
+    OP_INSERT,
+    OP_READ,
+    OP_UPDATE,
+    Q_BAD_PARQUET,
+    Q_CSV_WIDTH,
+    Q_IMAGE_NOT_OBJECT,
+    Q_KEY_UNKNOWN,
+    Q_MISSING_IMAGE,
+    Q_MISSING_OP,
+    Q_MISSING_TABLE,
+    Q_NO_COLUMNS,
+    Q_TRUNCATED,
+    Q_TYPE_MISMATCH,
+    Q_UNKNOWN_OP,
+    canonical,
+    classify,
+    plan_barrier,
+)
+from airflow_cdc_provider.formats.jsonlines import CORRUPT, parse_json_records, unparsable_reason
+from airflow_cdc_provider.formats.kafka_connect import let
+from airflow_cdc_provider.formats.landed_files import LandedFile, LandingError, read_records
+from airflow_cdc_provider.formats.tabular import (
+    KIND_CSV,
+    KIND_JSON,
+    KIND_PARQUET,
+    base_name,
+    column,
+    declared_type,
+    landing_kind,
+    parquet_footers,
+    parquet_frames,
+)
+from airflow_cdc_provider.formats.values import failed_conversions, text_image
+
+DEFINITION_FILE = "dms_table_definition.json"
+OP_COLUMN = "Op"
+BEFORE_PREFIX = "BI_"
+BEFORE_IMAGE_FIELD = "before-image"
+# A full load sorts before the changes of its table, whatever their times (DMS applies the changes
+# it cached during the load after it, and stamps load rows with the transfer time).
+PHASE_LOAD, PHASE_CHANGES = 0, 1
+
+_OPS = {"I": OP_INSERT, "U": OP_UPDATE, "D": OP_DELETE}
+_JSON_OPS = {"load": OP_READ, "insert": OP_INSERT, "update": OP_UPDATE, "delete": OP_DELETE}
+# DMS names CDC files by the time it wrote them: 20141029-1134010000.csv (HHMMSS, then fractions).
+_CDC_FILE_TIME = re.compile(r"^(\d{8})-(\d{6})(\d*)")
+# Folders DMS's date partitioning (DatePartitionEnabled) or a hive-style layout adds below a table.
+_PARTITION_FOLDER = re.compile(r"^[\d_-]+$|^[^=]+=[^=]*$")
+# DMS data types (the ColumnType of an S3 source's table definition) -> Spark types. BYTE and BLOB
+# values keep the text DMS writes (nothing declares how it encodes them); TIME stays text.
+_DMS_TYPES = {
+    "INT1": "tinyint",
+    "INT2": "smallint",
+    "INT4": "int",
+    "INT8": "bigint",
+    "UINT1": "smallint",
+    "UINT2": "int",
+    "UINT4": "bigint",
+    "UINT8": "decimal(20,0)",
+    "REAL4": "float",
+    "REAL8": "double",
+    "BOOLEAN": "boolean",
+    "DATE": "date",
+    "DATETIME": "timestamp",
+    "TIME": "string",
+    "STRING": "string",
+    "WSTRING": "string",
+    "CLOB": "string",
+    "NCLOB": "string",
+}
+_CSV_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, "escape": '"'}
+
+_METADATA_FIELDS = (
+    "timestamp",
+    "record-type",
+    "operation",
+    "partition-key-type",
+    "schema-name",
+    "table-name",
+    "transaction-id",
+)
+RECORD_SCHEMA = StructType(
+    [
+        StructField("data", IMAGE_TYPE),
+        StructField("metadata", StructType([StructField(n, StringType()) for n in _METADATA_FIELDS])),
+        StructField(BEFORE_IMAGE_FIELD, IMAGE_TYPE),
+    ]
+)
+
+# What every S3 landing reader (CSV, Parquet) hands to `_tabular_events`.
+_FILE_SCHEMA = StructType(
+    [
+        StructField("file", StringType()),
+        StructField("table", StringType()),
+        StructField("names", ArrayType(StringType())),
+        StructField("types", MapType(StringType(), StringType())),
+        StructField("key_cols", ArrayType(StringType())),
+        StructField("load", BooleanType()),
+        StructField("file_ms", LongType()),
+    ]
+)
+_ROW_COLUMNS = (
+    "file",
+    "file_pos",
+    "line",
+    "raw",
+    "bad",
+    "table",
+    "types",
+    "key_cols",
+    "load",
+    "file_ms",
+    "has_op",
+    "op_text",
+    "ts_us",
+    "ts_bad",
+    "image",
+    "convert_failed",
+)
+
+
+# ---------------------------------------------------------------- tables: names, types, keys
+
+
+@dataclass(frozen=True)
+class TableDefinition:
+    """One table of a ``dms_table_definition.json``."""
+
+    columns: tuple[str, ...]
+    types: dict[str, str] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()
+
+
+def _lookup(entries: dict, table: str | None):
+    """The entry named ``table`` exactly, else the longest name it ends with (``--key`` rules)."""
+    if table is None:
+        return None
+    if table in entries:
+        return entries[table]
+    suffixes = [name for name in entries if table.endswith("." + name)]
+    return entries[max(suffixes, key=len)] if suffixes else None
+
+
+def dms_spark_type(column: dict) -> str | None:
+    """The Spark type of one ``TableColumns`` entry (None: keep the text)."""
+    kind = str(column.get("ColumnType") or "").strip().upper()
+    if kind == "NUMERIC":
+        try:
+            precision = int(column.get("ColumnPrecision") or 38)
+            scale = int(column.get("ColumnScale") or 0)
+        except (TypeError, ValueError):
+            return None
+        precision = precision if 0 < precision <= 38 else 38
+        return f"decimal({precision},{min(max(scale, 0), precision)})"
+    return _DMS_TYPES.get(kind)
+
+
+def parse_definitions(text: str, path: str) -> dict[str, TableDefinition]:
+    """``{owner.table: definition}`` of one DMS table-definition document; a clear error when it is not one."""
+    try:
+        document = json.loads(text)
+        tables = document["Tables"]
+        out = {}
+        for table in tables:
+            owner, name = str(table.get("TableOwner") or "").strip(), str(table["TableName"]).strip()
+            columns = table["TableColumns"]
+            names = tuple(str(c["ColumnName"]) for c in columns)
+            types = {str(c["ColumnName"]): t for c in columns if (t := dms_spark_type(c)) is not None}
+            keys = tuple(
+                str(c["ColumnName"])
+                for c in columns
+                if str(c.get("ColumnIsPk", "")).strip().lower() == "true"
+            )
+            out[f"{owner}.{name}" if owner else name] = TableDefinition(names, types, keys)
+        return out
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LandingError(
+            f"cannot read the DMS table definition {path}: expected "
+            f'{{"Tables": [{{"TableOwner", "TableName", "TableColumns": [{{"ColumnName", "ColumnType", ...}}]}}]}} '
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _read_text(spark: SparkSession, path: str) -> str:
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    stream = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(hadoop_path)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What the landing and the options say about each table: its CSV column names, types, key."""
+
+    definitions: dict[str, TableDefinition]
+    options: DecodeOptions
+
+    def names(self, table: str | None) -> tuple[str, ...] | None:
+        given = _lookup(self.options.table_columns, table)
+        if given is not None:
+            return tuple(given)
+        definition = _lookup(self.definitions, table)
+        return definition.columns if definition else None
+
+    def types(self, table: str | None) -> dict[str, str] | None:
+        definition = _lookup(self.definitions, table)
+        return dict(definition.types) if definition and definition.types else None
+
+    def keys(self, table: str | None) -> list[str] | None:
+        """The definition's key, unless ``--key`` names one for the table (then the engine uses that)."""
+        if table is None or self.options.key_columns or _lookup(self.options.table_keys, table):
+            return None
+        definition = _lookup(self.definitions, table)
+        return list(definition.keys) if definition and definition.keys else None
+
+
+def is_definition_file(path: str) -> bool:
+    return posixpath.basename(path).lower() == DEFINITION_FILE
+
+
+def table_of(path: str) -> str | None:
+    """``schema.table`` from ``.../<schema>/<table>/[date folders/]<file>``; None above two folders."""
+    folders = [part for part in urlsplit(path).path.split("/")[:-1] if part]
+    while folders and _PARTITION_FOLDER.match(folders[-1]):
+        folders.pop()
+    return f"{folders[-2]}.{folders[-1]}" if len(folders) >= 2 else None
+
+
+def is_full_load(path: str) -> bool:
+    return base_name(path).upper().startswith("LOAD")
+
+
+def file_time_ms(path: str) -> int | None:
+    """Epoch ms (UTC) of a CDC file's name (``20141029-1134010000.csv``), None for other names."""
+    match = _CDC_FILE_TIME.match(base_name(path))
+    if not match:
+        return None
+    try:
+        moment = datetime.strptime(match.group(1) + match.group(2), "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
+    fraction = (match.group(3) + "000")[:3]
+    return int(moment.replace(tzinfo=timezone.utc).timestamp()) * 1000 + int(fraction)
+
+
+# ---------------------------------------------------------------- the decoder
+
+
+class AwsDmsDecoder(Decoder):
+    name = "aws-dms"
+    description = (
+        "AWS DMS: S3 target CSV (LOAD*/CDC files, Op column, schema/table folders) and Parquet, "
+        "Kafka/Kinesis target JSON ({data, metadata}, BI_ before images); chosen by file extension"
+    )
+    needs = (
+        "--key (unless dms_table_definition.json marks ColumnIsPk); CSV: --columns TABLE=C1,... "
+        "or dms_table_definition.json; --timestamp-column for DMS's TimestampColumnName"
+    )
+
+    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
+        definitions: dict[str, TableDefinition] = {}
+        for landed in sorted({*files, *options.context_files}, key=lambda f: f.path):
+            if is_definition_file(landed.path):
+                definitions.update(parse_definitions(_read_text(spark, landed.path), landed.path))
+        catalog = Catalog(definitions, options)
+        by_kind: dict[str, list[LandedFile]] = defaultdict(list)
+        for landed in files:
+            if not is_definition_file(landed.path):
+                by_kind[landing_kind(landed.path)].append(landed)
+        parts: list[DataFrame] = []
+        if by_kind[KIND_JSON]:
+            parts.append(_json_events(spark, by_kind[KIND_JSON], catalog))
+        tabular = []
+        if by_kind[KIND_CSV]:
+            tabular.append(_csv_rows(spark, by_kind[KIND_CSV], catalog))
+        if by_kind[KIND_PARQUET]:
+            tabular.extend(_parquet_rows(spark, by_kind[KIND_PARQUET], catalog))
+        if tabular:
+            rows = tabular[0].select(*_ROW_COLUMNS)
+            for part in tabular[1:]:
+                rows = rows.unionByName(part.select(*_ROW_COLUMNS))
+            parts.append(_tabular_events(rows))
+        if not parts:  # only table definitions
+            return spark.createDataFrame([], CANONICAL_EVENT_SCHEMA)
+        result = parts[0]
+        for part in parts[1:]:
+            result = result.unionByName(part)
+        return result
+
+
+# ---------------------------------------------------------------- Kafka / Kinesis JSON lines
+
+
+def _not_object(text: Column, *paths: str) -> Column:
+    """For a record that failed to parse: is one of ``paths`` there but not an object?"""
+    v = F.try_parse_json(text)
+    failed = F.lit(False)
+    for path in paths:
+        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        failed = failed | ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
+    return failed
+
+
+def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog) -> DataFrame:
+    parsed = parse_json_records(spark, files, RECORD_SCHEMA)
+    meta = F.col("j.metadata")
+    data = F.col("j.data")
+    record_type = F.lower(F.trim(meta["record-type"]))
+    operation = F.lower(F.trim(meta["operation"]))
+    op = F.lit(None).cast("string")
+    for code, name in _JSON_OPS.items():
+        op = F.when(operation == code, F.lit(name)).otherwise(op)
+    table_name = F.nullif(F.trim(meta["table-name"]), F.lit(""))
+    table = F.when(
+        table_name.isNotNull(), F.concat_ws(".", F.nullif(F.trim(meta["schema-name"]), F.lit("")), table_name)
+    )
+    stamp = F.try_to_timestamp(meta["timestamp"])
+    staged = plan_barrier(
+        parsed.select(
+            "*",
+            op.alias("_op"),
+            table.alias("_table"),
+            stamp.alias("_stamp"),
+            # The before image: BI_ columns of `data` (prefix dropped), or a before-image object.
+            F.coalesce(
+                F.col(f"j.`{BEFORE_IMAGE_FIELD}`"),
+                let(
+                    F.transform_keys(
+                        F.map_filter(data, lambda k, v: k.startswith(BEFORE_PREFIX)),
+                        lambda k, v: F.substring(k, len(BEFORE_PREFIX) + 1, 1 << 20),
+                    ),
+                    lambda bi: F.when(F.size(bi) > 0, bi),
+                ),
+            ).alias("_before"),
+            F.map_filter(data, lambda k, v: ~k.startswith(BEFORE_PREFIX)).alias("_row"),
+        )
+    )
+    op, row, stamp = F.col("_op"), F.col("_row"), F.col("_stamp")
+    bad = F.col("bad")
+    kind, reason = classify(
+        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (
+            (bad == Q_TYPE_MISMATCH)
+            & _not_object(F.col(f"j.{CORRUPT}"), "$.data", f"$['{BEFORE_IMAGE_FIELD}']"),
+            KIND_QUARANTINED,
+            Q_IMAGE_NOT_OBJECT,
+        ),
+        (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (record_type == "control", KIND_IGNORED, IGNORED_DDL),
+        (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
+        (op.isNull() | (record_type.isNotNull() & (record_type != "data")), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (F.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (meta["timestamp"].isNotNull() & stamp.isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        ((op != OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        ((op == OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
+    )
+    reason = F.when(reason == "<bad>", bad).otherwise(reason)
+    is_change = kind == KIND_CHANGE
+    return staged.select(
+        *canonical(
+            table=F.col("_table"),
+            kind=kind,
+            op=F.when(is_change, op),
+            reason=reason,
+            event_ms=F.unix_millis(stamp),
+            log_pos=_position(op == OP_READ, F.unix_micros(stamp)),
+            sub_pos=F.lit(0),
+            tx_id=meta["transaction-id"],
+            before=F.when(is_change & (op == OP_DELETE), row).when(
+                is_change & (op == OP_UPDATE), F.col("_before")
+            ),
+            after=F.when(is_change & (op != OP_DELETE), row),
+            partial=F.lit(False),
+            key_cols=_definition_keys(catalog, F.col("_table")),
+            file=F.col("file"),
+            file_pos=F.col("file_pos"),
+            line=F.col("line"),
+            raw=F.col("text"),
+        )
+    )
+
+
+def _position(load: Column, time_us: Column, *place: Column) -> Column:
+    """``[0]`` for a full load, ``[1, time in µs, place...]`` for a change: loads first, then time.
+
+    Null where ``load`` is (a record with no op): the engine's positions are nullable arrays.
+    """
+    return F.when(load, F.array(F.lit(PHASE_LOAD).cast("bigint"))).when(
+        ~load, F.array(F.lit(PHASE_CHANGES).cast("bigint"), time_us, *place)
+    )
+
+
+def _definition_keys(catalog: Catalog, table: Column) -> Column:
+    """Key columns the table definitions give (null where ``--key`` decides or none is defined)."""
+    keyed = {name: keys for name in catalog.definitions if (keys := catalog.keys(name))}
+    if not keyed:
+        return F.lit(None).cast("array<string>")
+    lookup = F.create_map(
+        *[c for name, keys in keyed.items() for c in (F.lit(name), F.array(*map(F.lit, keys)))]
+    )
+    return lookup[table]
+
+
+# ---------------------------------------------------------------- S3 target: CSV and Parquet
+
+
+def _file_table(
+    spark: SparkSession, files: list[LandedFile], catalog: Catalog, with_names: bool
+) -> DataFrame:
+    """One row per landed file: its table, column names (CSV), types, key, load or change, name time."""
+    rows = []
+    for landed in files:
+        table = table_of(landed.path)
+        names = catalog.names(table) if with_names else None
+        rows.append(
+            (
+                landed.path,
+                table,
+                list(names) if names is not None else None,
+                catalog.types(table),
+                catalog.keys(table),
+                is_full_load(landed.path),
+                file_time_ms(landed.path),
+            )
+        )
+    return F.broadcast(spark.createDataFrame(rows, _FILE_SCHEMA))
+
+
+def _csv_schema(width: int) -> str:
+    return ", ".join([f"c{i} string" for i in range(width)] + [f"{CORRUPT} string"])
+
+
+def _csv_fields(text: Column, width: int) -> Column:
+    """The ``width`` fields of a CSV line as an array, or null when it has another number of fields."""
+    parsed = F.from_csv(text, _csv_schema(width), _CSV_OPTIONS)
+    return let(
+        parsed,
+        lambda p: F.when(p.isNotNull() & p[CORRUPT].isNull(), F.array(*[p[f"c{i}"] for i in range(width)])),
+    )
+
+
+def _by_width(widths: list[int], count: Column, build) -> Column:
+    out = F.lit(None).cast("array<string>")
+    for width in widths:
+        out = F.when(count == width, build(width)).otherwise(out)
+    return out
+
+
+def _csv_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog) -> DataFrame:
+    """Headerless CSV lines: each is parsed at its table's width plus one (``Op`` first) or, in a
+    full-load file when that does not fit, at the table's width (no ``Op``); neither fitting
+    quarantines the line."""
+    per_file = _file_table(spark, files, catalog, with_names=True)
+    widths = sorted({len(names) for names in (catalog.names(table_of(f.path)) for f in files) if names})
+    text = F.col("text")
+    records = read_records(spark, files).where((F.trim(text) != "") | F.col("damaged"))
+    count = F.size("names")
+    staged = plan_barrier(
+        records.join(per_file, "file", "left").select(
+            "*", _by_width(widths, count, lambda w: _csv_fields(text, w + 1)).alias("_with_op")
+        )
+    )
+    with_op = F.col("_with_op")
+    staged = plan_barrier(
+        staged.select(
+            "*",
+            # Only a full load may come without Op (IncludeOpForFullLoad off); change files carry it.
+            F.when(
+                with_op.isNull() & F.col("load"), _by_width(widths, count, lambda w: _csv_fields(text, w))
+            ).alias("_without_op"),
+        )
+    )
+    without_op = F.col("_without_op")
+    fits = with_op.isNotNull() | without_op.isNotNull()
+    bad = F.coalesce(
+        unparsable_reason(text, F.col("damaged"), F.col("not_utf8")),
+        F.when(F.col("table").isNull(), F.lit(Q_MISSING_TABLE))
+        .when(F.col("names").isNull(), F.lit(Q_NO_COLUMNS))
+        .when(~fits & F.col("unterminated"), F.lit(Q_TRUNCATED))
+        .when(~fits, F.lit(Q_CSV_WIDTH)),
+    )
+    values = F.coalesce(F.slice(with_op, F.lit(2), count), without_op)
+    rows = staged.select(
+        "file",
+        "file_pos",
+        "line",
+        text.alias("raw"),
+        bad.alias("bad"),
+        "table",
+        "types",
+        "key_cols",
+        "load",
+        "file_ms",
+        with_op.isNotNull().alias("has_op"),
+        F.when(with_op.isNotNull(), with_op[0]).alias("op_text"),
+        F.when(bad.isNull(), F.map_from_arrays(F.col("names"), values)).alias("_text_map"),
+    )
+    rows = plan_barrier(rows)
+    text_map = F.col("_text_map")
+    ts_name = catalog.options.timestamp_column
+    if ts_name:
+        ts_text = text_map[ts_name]
+        text_map = F.map_filter(text_map, lambda k, v: k != F.lit(ts_name))
+    else:
+        ts_text = F.lit(None).cast("string")
+    typed = text_image(text_map, F.col("types"))
+    stamp = F.try_to_timestamp(ts_text)
+    return rows.select(
+        *[c for c in rows.columns if c != "_text_map"],
+        F.unix_micros(stamp).alias("ts_us"),
+        F.coalesce((F.trim(ts_text) != "") & stamp.isNull(), F.lit(False)).alias("ts_bad"),
+        typed.alias("image"),
+        F.coalesce(failed_conversions(text_map, typed), F.lit(False)).alias("convert_failed"),
+    )
+
+
+def _parquet_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog) -> list[DataFrame]:
+    """DMS Parquet files, read a table folder at a time; a file whose footer does not read is one
+    quarantined record."""
+    footers = parquet_footers(spark, [f.path for f in files])
+    readable = [f for f in files if footers[f.path] is not None]
+    parts = []
+    broken = [f for f in files if footers[f.path] is None]
+    if broken:
+        parts.append(
+            _file_table(spark, broken, catalog, with_names=False).select(
+                "file",
+                F.lit(0).cast("long").alias("file_pos"),
+                F.lit(None).cast("long").alias("line"),
+                F.lit(None).cast("string").alias("raw"),
+                F.lit(Q_BAD_PARQUET).alias("bad"),
+                "table",
+                "types",
+                "key_cols",
+                "load",
+                "file_ms",
+                F.lit(False).alias("has_op"),
+                F.lit(None).cast("string").alias("op_text"),
+                F.lit(None).cast("long").alias("ts_us"),
+                F.lit(False).alias("ts_bad"),
+                F.lit(None).cast(IMAGE_TYPE).alias("image"),
+                F.lit(False).alias("convert_failed"),
+            )
+        )
+    if readable:
+        per_file = _file_table(spark, readable, catalog, with_names=False).drop("types")
+        for frame in parquet_frames(spark, [f.path for f in readable]):
+            parts.append(_parquet_group(frame, per_file, catalog.options.timestamp_column))
+    return parts
+
+
+def _parquet_group(df: DataFrame, per_file: DataFrame, ts_name: str | None) -> DataFrame:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    ts_name = ts_name if ts_name in fields else None
+    business = [name for name in fields if name not in (OP_COLUMN, ts_name)]
+    image = F.create_map(*[c for name in business for c in (F.lit(name), column(name).cast("variant"))])
+    declared = [(name, declared_type(fields[name])) for name in business]
+    types = F.create_map(*[c for name, t in declared if t for c in (F.lit(name), F.lit(t))])
+    if ts_name is None:
+        ts_us, ts_bad = F.lit(None).cast("long"), F.lit(False)
+    elif isinstance(fields[ts_name], TimestampType):
+        ts_us, ts_bad = F.unix_micros(column(ts_name)), F.lit(False)
+    else:
+        text = column(ts_name).cast("string")
+        stamp = F.try_to_timestamp(text)
+        ts_us, ts_bad = F.unix_micros(stamp), (F.trim(text) != "") & stamp.isNull()
+    has_op = OP_COLUMN in fields
+    rows = df.select(
+        F.col("_metadata.file_path").alias("file"),
+        F.col("_metadata.row_index").alias("file_pos"),
+        F.lit(None).cast("long").alias("line"),
+        F.to_json(F.struct(*[column(name) for name in fields])).alias("raw"),
+        F.lit(None).cast("string").alias("bad"),
+        types.cast(MapType(StringType(), StringType())).alias("types"),
+        F.lit(has_op).alias("has_op"),
+        (column(OP_COLUMN).cast("string") if has_op else F.lit(None).cast("string")).alias("op_text"),
+        ts_us.alias("ts_us"),
+        F.coalesce(ts_bad, F.lit(False)).alias("ts_bad"),
+        image.cast(IMAGE_TYPE).alias("image"),
+        F.lit(False).alias("convert_failed"),
+    )
+    joined = rows.join(per_file, "file", "left")
+    # A file of a table folder whose other files carry Op, itself without it (merged schema): no Op.
+    return joined.withColumns(
+        {
+            "bad": F.when(F.col("table").isNull(), F.lit(Q_MISSING_TABLE)),
+            "has_op": F.col("has_op") & F.col("op_text").isNotNull(),
+        }
+    )
+
+
+def _tabular_events(rows: DataFrame) -> DataFrame:
+    """S3 rows (CSV or Parquet) to canonical events: ``Op`` (or its absence) and the row's time."""
+    code = F.upper(F.trim(F.col("op_text")))
+    load, has_op = F.col("load"), F.col("has_op")
+    inserted = F.when(load, F.lit(OP_READ)).otherwise(F.lit(OP_INSERT))
+    op = F.when(~has_op, inserted).when(code == "I", inserted)
+    for letter in ("U", "D"):
+        op = op.when(code == letter, F.lit(_OPS[letter]))
+    bad = F.col("bad")
+    kind, reason = classify(
+        (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (has_op & F.coalesce(code == "", F.lit(True)), KIND_QUARANTINED, Q_MISSING_OP),
+        (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (F.col("ts_bad") | F.col("convert_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+    )
+    reason = F.when(reason == "<bad>", bad).otherwise(reason)
+    is_change = kind == KIND_CHANGE
+    file_ms = F.col("file_ms")
+    time_us = F.coalesce(F.col("ts_us"), file_ms * F.lit(1000))
+    return rows.select(
+        *canonical(
+            table=F.col("table"),
+            kind=kind,
+            op=F.when(is_change, op),
+            reason=reason,
+            event_ms=F.coalesce(F.floor(F.col("ts_us") / 1000), file_ms),
+            log_pos=_position(load, time_us, F.coalesce(file_ms, F.lit(0)), F.col("file_pos")),
+            sub_pos=F.lit(0),
+            before=F.when(is_change & (op == OP_DELETE), F.col("image")),
+            after=F.when(is_change & (op != OP_DELETE), F.col("image")),
+            partial=F.lit(False),
+            key_cols=F.col("key_cols"),
+            types=F.when(is_change, F.col("types")),
+            file=F.col("file"),
+            file_pos=F.col("file_pos"),
+            line=F.col("line"),
+            raw=F.col("raw"),
+        )
+    )

@@ -1,0 +1,115 @@
+"""Landings that come as tables rather than lines: CSV and Parquet files beside JSON lines.
+
+Several formats land the same records three ways (DataHub TUPLE, AWS DMS, Kafka Connect sinks)
+and tell them apart by file extension. The rules for that, for which Parquet types a snapshot can
+declare, and for reading a folder of Parquet files whose schemas may differ live here, once.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
+
+from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
+
+KIND_JSON, KIND_CSV, KIND_PARQUET, KIND_AVRO = "json", "csv", "parquet", "avro"
+# Parquet types the engine accepts in `types` (simpleString of the Spark type).
+DECLARABLE_TYPES = (
+    "tinyint",
+    "smallint",
+    "int",
+    "bigint",
+    "float",
+    "double",
+    "string",
+    "boolean",
+    "date",
+    "timestamp",
+    "binary",
+)
+_FOOTER_THREADS = 16
+
+
+def base_name(path: str) -> str:
+    """The file's name without a compression suffix (``LOAD001.csv.gz`` -> ``LOAD001.csv``)."""
+    name = posixpath.basename(path)
+    lowered = name.lower()
+    for suffix in COMPRESSED_SUFFIXES:
+        if lowered.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def landing_kind(path: str, kinds: tuple[str, ...] = (KIND_CSV, KIND_PARQUET)) -> str:
+    """The landing of a file by its extension (``.csv``, ``.parquet``, ``.avro``), among the
+    ``kinds`` a format knows; compression suffixes are looked through. Anything else (``.json``,
+    ``.jsonl``, ``.txt``, no extension) is JSON lines."""
+    name = base_name(path).lower()
+    for kind in kinds:
+        if name.endswith("." + kind):
+            return kind
+    return KIND_JSON
+
+
+def declared_type(data_type: DataType) -> str | None:
+    """The type name a Parquet column declares for the snapshot, or None (kept as it comes)."""
+    name = data_type.simpleString()
+    return name if name in DECLARABLE_TYPES or name.startswith("decimal(") else None
+
+
+def column(name: str) -> Column:
+    """A top-level column by its exact name (dots and backticks in Parquet names are literal)."""
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def parquet_frames(spark: SparkSession, paths: Iterable[str]) -> list[DataFrame]:
+    """Parquet files read one folder at a time (a folder usually holds one table), their schemas
+    merged; a folder whose files' schemas cannot be merged is read file by file, so each file keeps
+    its own columns and types and the engine sees any type change per file."""
+    by_dir: dict[str, list[str]] = defaultdict(list)
+    for path in paths:
+        by_dir[posixpath.dirname(path)].append(path)
+    # Listed files are read as they are: no partition columns inferred from folder names (dt=...).
+    reader = spark.read.option("recursiveFileLookup", "true")
+    frames = []
+    for group in by_dir.values():
+        try:
+            frames.append(reader.option("mergeSchema", "true").parquet(*group))
+        except (Py4JJavaError, PySparkException):
+            frames.extend(reader.parquet(path) for path in group)
+    return frames
+
+
+def parquet_footers(spark: SparkSession, paths: list[str]) -> dict[str, dict[str, str] | None]:
+    """Each file's Parquet key-value metadata, or None for a file whose footer does not read.
+
+    Read on the driver through the session's Hadoop FileSystem (any scheme Spark reads), a few
+    files at a time: only the footer is read, never the data.
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def footer(path: str) -> dict[str, str] | None:
+        try:
+            source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+                jvm.org.apache.hadoop.fs.Path(path), conf
+            )
+            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
+        except Py4JError:
+            return None
+        try:
+            metadata = reader.getFooter().getFileMetaData().getKeyValueMetaData()
+            return {str(k): str(metadata.get(k)) for k in metadata.keySet()}
+        finally:
+            reader.close()
+
+    with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, max(1, len(paths)))) as pool:
+        return dict(zip(paths, pool.map(footer, paths)))
