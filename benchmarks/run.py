@@ -107,7 +107,9 @@ class Landing:
                 f"{root} has no _expected.json: write it with python -m benchmarks.generate"
             )
         files = sorted(
-            str(p) for p in root.rglob("*.json") if not any(map(is_hidden, p.relative_to(root).parts))
+            str(p)
+            for p in root.rglob("*")
+            if p.is_file() and not any(map(is_hidden, p.relative_to(root).parts))
         )
         return cls(root, tuple(files), expected)
 
@@ -399,21 +401,39 @@ def measure(
 
 
 def run_all(
-    spark: SparkSession, landing: Landing, workdir: Path, repeat: int = 3, incremental_share: float = 0.0
+    spark: SparkSession,
+    landing: Landing,
+    workdir: Path,
+    repeat: int = 3,
+    incremental_share: float = 0.0,
+    json_lines: bool = True,
 ) -> dict:
-    """Measure (a)-(e) on ``landing``, writing to ``workdir/out-b`` ... ``out-e``; return the report."""
-    schema = record_schema(spark, landing)
+    """Measure (a)-(e) on ``landing``, writing to ``workdir/out-b`` ... ``out-e``; return the report.
+
+    (a), (b) and (d) read JSON lines; a landing of binary files (``json_lines=False``) times the
+    rebuild and the incremental run only.
+    """
     out = {name: workdir / f"out-{name}" for name in "bcde"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
 
-    a, records = measure(LABELS["a"], spark, repeat, lambda: full_parse(spark, landing, schema))
-    b, _ = measure(
-        LABELS["b"], spark, repeat, lambda: window_job(spark, landing, schema, out["b"]), remover("b")
-    )
+    if json_lines:
+        schema = record_schema(spark, landing)
+        a, records = measure(LABELS["a"], spark, repeat, lambda: full_parse(spark, landing, schema))
+        b, _ = measure(
+            LABELS["b"], spark, repeat, lambda: window_job(spark, landing, schema, out["b"]), remover("b")
+        )
+    else:
+        binary = "binary files: the hand-written jobs read JSON lines"
+        a, records, b = Measurement(LABELS["a"], note=binary), None, Measurement(LABELS["b"], note=binary)
     c, metrics = measure(LABELS["c"], spark, repeat, lambda: rebuild(spark, landing, out["c"]), remover("c"))
-    d, _ = measure(LABELS["d"], spark, repeat, lambda: duckdb_job(landing, schema, out["d"]), remover("d"))
+    if json_lines:
+        d, _ = measure(
+            LABELS["d"], spark, repeat, lambda: duckdb_job(landing, schema, out["d"]), remover("d")
+        )
+    else:
+        d = Measurement(LABELS["d"], note=binary)
     e, incremental = Measurement(LABELS["e"], note="--incremental-share 0"), None
     if incremental_share > 0:
         base = workdir / "out-e-base"
@@ -603,11 +623,6 @@ def main(argv: list[str] | None = None) -> int:
         workload = workload_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))
-    if WRITERS[workload.source_format].container is not None:
-        parser.error(
-            f"the measurements read landings of JSON lines; {workload.source_format} lands binary files "
-            f"(python -m benchmarks.generate writes them; time their rebuild with cdc-replay)"
-        )
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdc-bench-"))
     landed = workdir / "landed"
@@ -625,7 +640,10 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_session(master=args.master, extra_conf={"spark.ui.enabled": "false"})
     try:
-        report = run_all(spark, Landing.open(landed), workdir, args.repeat, args.incremental_share)
+        json_lines = WRITERS[workload.source_format].container is None
+        report = run_all(
+            spark, Landing.open(landed), workdir, args.repeat, args.incremental_share, json_lines
+        )
     finally:
         spark.stop()
     print(report_text(report))
