@@ -95,7 +95,7 @@ from airflow_cdc_provider.formats.tabular import (
     parquet_footers,
     parquet_frames,
 )
-from airflow_cdc_provider.formats.values import failed_conversions, text_image
+from airflow_cdc_provider.formats.values import REPLICATE_TYPES, failed_conversions, text_image
 
 DEFINITION_FILE = "dms_table_definition.json"
 OP_COLUMN = "Op"
@@ -113,20 +113,7 @@ _CDC_FILE_TIME = re.compile(r"^(\d{8})-(\d{6})(\d*)")
 _PARTITION_FOLDER = re.compile(r"^[\d_-]+$|^[^=]+=[^=]*$")
 # DMS data types (the ColumnType of an S3 source's table definition) -> Spark types. BYTE and BLOB
 # values keep the text DMS writes (nothing declares how it encodes them); TIME stays text.
-_DMS_TYPES = {
-    "INT1": "tinyint",
-    "INT2": "smallint",
-    "INT4": "int",
-    "INT8": "bigint",
-    "UINT1": "smallint",
-    "UINT2": "int",
-    "UINT4": "bigint",
-    "UINT8": "decimal(20,0)",
-    "REAL4": "float",
-    "REAL8": "double",
-    "BOOLEAN": "boolean",
-    "DATE": "date",
-    "DATETIME": "timestamp",
+_DMS_TYPES = REPLICATE_TYPES | {
     "TIME": "string",
     "STRING": "string",
     "WSTRING": "string",

@@ -52,7 +52,7 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
-from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
+from airflow_cdc_provider.formats.values import REPLICATE_TYPES, failed_conversions, text_to_variant
 
 
 def _strings(*names: str) -> StructType:
@@ -114,20 +114,7 @@ _COLUMN = "struct<ordinal:int,type:string,length:int,precision:int,scale:int,pri
 _OPS = {"REFRESH": OP_READ, "INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 
 # Replicate data type -> Spark type (NUMERIC is handled with its precision and scale).
-_TYPES = {
-    "INT1": "tinyint",
-    "INT2": "smallint",
-    "INT4": "int",
-    "INT8": "bigint",
-    "UINT1": "smallint",
-    "UINT2": "int",
-    "UINT4": "bigint",
-    "UINT8": "decimal(20,0)",
-    "REAL4": "float",
-    "REAL8": "double",
-    "BOOLEAN": "boolean",
-    "DATE": "date",
-    "DATETIME": "timestamp",
+_TYPES = REPLICATE_TYPES | {
     "TIMESTAMP": "timestamp",
     "BYTES": "binary",
     "BLOB": "binary",

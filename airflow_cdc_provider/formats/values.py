@@ -16,6 +16,24 @@ from pyspark.sql import functions as F
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
+# The data types of Qlik Replicate and of AWS DMS (which grew from it) -> Spark types. Each format
+# adds the names only it uses, and decides itself how it keeps bytes.
+REPLICATE_TYPES = {
+    "INT1": "tinyint",
+    "INT2": "smallint",
+    "INT4": "int",
+    "INT8": "bigint",
+    "UINT1": "smallint",
+    "UINT2": "int",
+    "UINT4": "bigint",
+    "UINT8": "decimal(20,0)",
+    "REAL4": "float",
+    "REAL8": "double",
+    "BOOLEAN": "boolean",
+    "DATE": "date",
+    "DATETIME": "timestamp",
+}
+
 
 def text_to_variant(text: Column, spark_type: Column) -> Column:
     """Convert a text value to a variant holding the Spark type named by ``spark_type``.

@@ -170,13 +170,8 @@ def dts_avro(record: str) -> int | None:
     return _positive(seconds * 1000 if seconds is not None else None)
 
 
-def aws_dms(record: str) -> int | None:
-    """``metadata.timestamp`` of DMS's Kafka/Kinesis JSON (ISO, microseconds, ``Z``), in whole ms.
-
-    Only JSON lines carry it: a row of DMS's S3 CSV is not self-describing (its time column is
-    known from ``--timestamp-column`` and ``--columns`` only), so CSV rows give None.
-    """
-    text = _get(_json_object(record), "metadata", "timestamp")
+def _iso_ms(text: Any) -> int | None:
+    """ISO date-time text (a space or ``T`` between date and time) in whole ms; UTC unless it names an offset."""
     if not isinstance(text, str) or not text.strip():
         return None
     try:
@@ -187,6 +182,15 @@ def aws_dms(record: str) -> int | None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     # Whole milliseconds, exactly (a float product could round 0.999 ms up).
     return _positive((parsed - _EPOCH) // timedelta(milliseconds=1))
+
+
+def aws_dms(record: str) -> int | None:
+    """``metadata.timestamp`` of DMS's Kafka/Kinesis JSON (ISO, microseconds, ``Z``), in whole ms.
+
+    Only JSON lines carry it: a row of DMS's S3 CSV is not self-describing (its time column is
+    known from ``--timestamp-column`` and ``--columns`` only), so CSV rows give None.
+    """
+    return _iso_ms(_get(_json_object(record), "metadata", "timestamp"))
 
 
 @functools.cache
@@ -211,17 +215,7 @@ def maxwell_json(record: str) -> int | None:
 
 def ogg_json(record: str) -> int | None:
     """``op_ts``: ``YYYY-MM-DD HH:MM:SS.ffffff`` (or ISO text), UTC unless it names an offset."""
-    text = _get(_json_object(record), "op_ts")
-    if not isinstance(text, str) or not text.strip():
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    # Whole milliseconds, exactly (no float rounding of the microseconds).
-    return _positive((parsed - _EPOCH) // timedelta(milliseconds=1))
+    return _iso_ms(_get(_json_object(record), "op_ts"))
 
 
 def debezium_mongodb(record: str) -> int | None:

@@ -323,11 +323,14 @@ def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> 
     # row's state just before it can still be rebuilt and carried to the new key.
     reset = applied & ~partial_update & (F.col("op") != OP_TRUNCATE) & ~F.col("_moved_away")
     ord_ = F.col("_ord")
+    # Position fields are read from ``_ord``: the top-level copies then never enter the shuffle
+    # (the file URI and log position alone were about half of each shuffled row).
+    file = F.nullif(ord_["file"], F.lit(""))  # base rows without a file carry "" in ``_ord``
     last_meta = F.struct(
         F.col("op"),
-        F.col("event_ms"),
-        F.col("log_pos"),
-        F.col("file"),
+        ord_["event_ms"].alias("event_ms"),
+        ord_["log_pos"].alias("log_pos"),
+        file.alias("file"),
         F.col("line"),
         F.col("file_pos"),
         F.col("sub_pos"),
@@ -363,7 +366,7 @@ def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> 
         F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
         F.struct(*[F.sum(f"_c_{name}").cast("long").alias(name) for name in _COUNTS]).alias("counts"),
         F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),
-        F.max(F.when(applied, F.col("event_ms"))).alias("last_event_ms"),
+        F.max(F.when(applied, ord_["event_ms"])).alias("last_event_ms"),
         F.collect_set(
             F.when((applied | ddl) & F.col("types").isNotNull(), F.map_entries(F.col("types")))
         ).alias("type_sigs"),
@@ -374,7 +377,10 @@ def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> 
             )
         ).alias("ddl_changes"),
         F.min_by(
-            F.when(is_listed, F.struct("file", "file_pos", "line", "sub_pos", "reason", "raw")),
+            F.when(
+                is_listed,
+                F.struct(file.alias("file"), "file_pos", "line", "sub_pos", "reason", "raw"),
+            ),
             F.when(is_listed, ord_),
         ).alias("first"),
         F.first("_key_cols", ignorenulls=True).alias("key_names"),

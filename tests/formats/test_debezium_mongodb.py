@@ -6,9 +6,8 @@ import json
 import shutil
 from datetime import datetime, timezone
 from decimal import Decimal
-from pathlib import Path
 
-from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events
+from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events, write_jsonl
 
 FMT = "debezium-mongodb"
 PAIMON = CONFORMANCE / "paimon" / "debezium-bson" / "table" / "event"
@@ -59,12 +58,6 @@ def value(
 def key(id_json: str) -> str:
     """The Kafka key line Debezium writes: ``id`` is the extended JSON of ``_id``."""
     return json.dumps({"id": id_json})
-
-
-def write(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def ms_time(ms: int) -> datetime:
@@ -153,7 +146,7 @@ def test_extended_json_values_become_typed_columns(spark, replay, tmp_path):
             "nan": {"$numberDouble": "NaN"},
         },
     }
-    path = write(tmp_path / "in" / "a.json", [value("c", after=doc)])
+    path = write_jsonl(tmp_path / "in" / "a.json", [value("c", after=doc)])
     (event,) = decode_events(spark, FMT, path)
     assert event["types"] == {
         "_id": "string",
@@ -227,7 +220,7 @@ def test_every_op_key_lines_snapshot_and_partial_updates(spark, replay, tmp_path
         value("d", ts_ms=T + 6000, filter='{"_id": 9}'),  # 1.x delete of a key never there
         "null",  # the tombstone after a delete
     ]
-    path = write(tmp_path / "in" / "a.json", lines)
+    path = write_jsonl(tmp_path / "in" / "a.json", lines)
     events = decode_events(spark, FMT, path)
     got = [(e["kind"], e["op"] or e["reason"], e["partial"], e["before"], e["after"]) for e in events]
     assert got == [
@@ -271,8 +264,8 @@ def test_out_of_order_files_duplicates_and_after_as_of(replay, tmp_path):
         value("u", after={"_id": "k1", "v": "third"}, ts_ms=T + 2000, ord_=2),
     ]
     early = [value("c", after={"_id": "k1", "v": "first"}, ts_ms=T, ord_=1)]
-    write(tmp_path / "in" / "a.json", late[::-1])
-    write(tmp_path / "in" / "b.json", early + early)  # delivered twice
+    write_jsonl(tmp_path / "in" / "a.json", late[::-1])
+    write_jsonl(tmp_path / "in" / "b.json", early + early)  # delivered twice
     metrics, tables = replay(FMT, tmp_path / "in", as_of=T + 30_000)
     assert tables == {"shop.orders": [{"_id": "k1", "v": "third"}]}
     assert metrics["events"] == {

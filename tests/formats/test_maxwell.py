@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events
+from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events, write_jsonl
 
 FMT = "maxwell-json"
 T = 1_725_264_000  # 2024-09-02T08:00:00Z, in seconds as Maxwell writes ts
@@ -42,12 +42,6 @@ def rec(
         **extra,
     }
     return json.dumps({k: v for k, v in record.items() if v is not None})
-
-
-def write(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def by_id(rows: list[dict], col: str = "id") -> list[dict]:
@@ -90,8 +84,8 @@ def test_flink_maxwell_data_orders_by_ts_xid_and_xoffset_whatever_the_line_order
     lines = (CONFORMANCE / "flink" / "maxwell-data.txt").read_text().splitlines()
     expected = json.loads((CONFORMANCE / "flink" / "maxwell-data.expected.json").read_text())
     # Newest first, across two files named against the order: ts, xid, xoffset (commit row last) decide.
-    write(tmp_path / "in" / "a.json", lines[::-1][:10])
-    write(tmp_path / "in" / "b.json", lines[::-1][10:])
+    write_jsonl(tmp_path / "in" / "a.json", lines[::-1][:10])
+    write_jsonl(tmp_path / "in" / "b.json", lines[::-1][10:])
     metrics, tables = replay(FMT, tmp_path / "in")
     assert by_id(tables["test.product"]) == by_id(expected["rows"])
     # As of 1596684912 (111's last update applied, its delete not yet).
@@ -125,7 +119,7 @@ def test_every_record_type_decodes_exactly(spark, tmp_path):
         ),
         rec("database-create", None, table=None, sql="CREATE DATABASE x", pk=None),
     ]
-    path = write(tmp_path / "in" / "a.json", lines)
+    path = write_jsonl(tmp_path / "in" / "a.json", lines)
     events = decode_events(spark, FMT, path)
     got = [
         {k: e[k] for k in ("table", "kind", "op", "reason", "event_ms", "log_pos", "tx_id", "tx_end")}
@@ -236,7 +230,7 @@ def test_every_record_type_decodes_exactly(spark, tmp_path):
 
 def test_binlog_positions_order_before_ts_and_file_order(spark, replay, tmp_path):
     # The same key written three times; each file's lines are in the opposite order of the binlog.
-    write(
+    write_jsonl(
         tmp_path / "in" / "a.json",
         [
             rec("update", {"id": 1, "v": "third"}, old={"v": "second"}, ts=T, position="mysql-bin.000010:4"),
@@ -249,7 +243,7 @@ def test_binlog_positions_order_before_ts_and_file_order(spark, replay, tmp_path
             ),
         ],
     )
-    write(
+    write_jsonl(
         tmp_path / "in" / "b.json",
         [rec("insert", {"id": 1, "v": "first"}, ts=T + 9, position="mysql-bin.000009:100")],
     )
@@ -258,7 +252,7 @@ def test_binlog_positions_order_before_ts_and_file_order(spark, replay, tmp_path
     t = metrics["tables"]["db.t"]
     assert (t["inserts"], t["updates"], t["updates_of_unknown_key"]) == (1, 2, 0)
     # An unreadable position orders the record by event time and is counted.
-    write(tmp_path / "in2" / "a.json", [rec("insert", {"id": 2, "v": "x"}, position="not a position")])
+    write_jsonl(tmp_path / "in2" / "a.json", [rec("insert", {"id": 2, "v": "x"}, position="not a position")])
     metrics, tables = replay(FMT, tmp_path / "in2")
     assert tables["db.t"] == [{"id": 2, "v": "x"}]
     assert metrics["ordering"] == {"unreadable_log_position": 1}
@@ -284,8 +278,8 @@ def test_replay_out_of_order_files_duplicates_key_change_unknown_keys_and_after_
         rec("bootstrap-insert", {"id": 5, "name": "loaded", "qty": 5}, ts=T - 100),
     ]
     # The later events land in the file that sorts first.
-    write(tmp_path / "in" / "a.json", lines_late)
-    write(tmp_path / "in" / "b.json", lines_early)
+    write_jsonl(tmp_path / "in" / "a.json", lines_late)
+    write_jsonl(tmp_path / "in" / "b.json", lines_early)
     metrics, tables = replay(FMT, tmp_path / "in", as_of=(T + 50) * 1000)
     assert by_id(tables["db.t"]) == [
         {"id": 5, "name": "loaded", "qty": 5},
@@ -321,7 +315,7 @@ def test_key_from_option_when_records_name_none_and_ddl_adds_and_drops_columns(r
         rec("insert", {"k": 2, "score": 5}, pk=None, ts=T + 3),
         rec("bootstrap-start", {}, pk=None, ts=T + 4),
     ]
-    path = write(tmp_path / "in" / "a.json", lines)
+    path = write_jsonl(tmp_path / "in" / "a.json", lines)
     metrics, tables = replay(FMT, path, key="k")
     assert by_id(tables["db.t"], "k") == [{"k": 1, "score": None}, {"k": 2, "score": 5}]
     assert metrics["ignored"] == {"ddl": 2, "bootstrap marker": 1}

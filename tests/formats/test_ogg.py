@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events
+from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events, write_jsonl
 
 FMT = "ogg-json"
 T_TEXT = "2024-09-02 08:00:00.000000"
@@ -41,12 +40,6 @@ def rec(
 def at(seconds: int) -> str:
     """op_ts ``seconds`` after T_TEXT."""
     return f"2024-09-02 08:00:{seconds:02d}.000000"
-
-
-def write(path: Path, lines: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def by_id(rows: list[dict]) -> list[dict]:
@@ -88,8 +81,8 @@ def test_flink_ogg_data(replay, spark):
 def test_flink_ogg_data_orders_by_pos_not_by_line_or_op_ts(replay, tmp_path):
     lines = (CONFORMANCE / "flink" / "ogg-data.txt").read_text().splitlines()
     expected = json.loads((CONFORMANCE / "flink" / "ogg-data.expected.json").read_text())
-    write(tmp_path / "in" / "a.json", lines[::-1][:8])
-    write(tmp_path / "in" / "b.json", lines[::-1][8:])
+    write_jsonl(tmp_path / "in" / "a.json", lines[::-1][:8])
+    write_jsonl(tmp_path / "in" / "b.json", lines[::-1][8:])
     metrics, tables = replay(FMT, tmp_path / "in")
     assert by_id(tables["OGG.TBL_TEST"]) == by_id(expected["rows"])
     assert metrics["tables"]["OGG.TBL_TEST"]["updates_of_unknown_key"] == 0
@@ -111,7 +104,7 @@ def test_every_op_decodes_exactly(spark, tmp_path):
         rec("T", pk=None, pos="123456789012345678901234567890", op_ts="2024-09-02T10:00:05.250+02:00"),
         rec("delete", before=row, pos=16, op_ts=at(6)),
     ]
-    events = decode_events(spark, FMT, write(tmp_path / "in" / "a.json", lines))
+    events = decode_events(spark, FMT, write_jsonl(tmp_path / "in" / "a.json", lines))
     got = [
         (e["table"], e["kind"], e["op"], e["event_ms"], e["log_pos"], e["partial"], e["tx_id"], e["tx_end"])
         for e in events
@@ -153,8 +146,8 @@ def test_partial_updates_key_change_truncate_duplicates_and_unknown_keys(replay,
         rec("I", after={"id": 3, "name": "late", "qty": 3}, pos=9, op_ts=at(50)),  # after AS OF
     ]
     # The later records land in the file that sorts first, and one is delivered twice.
-    write(tmp_path / "in" / "a.json", later + later[:1])
-    write(tmp_path / "in" / "b.json", first)
+    write_jsonl(tmp_path / "in" / "a.json", later + later[:1])
+    write_jsonl(tmp_path / "in" / "b.json", first)
     metrics, tables = replay(FMT, tmp_path / "in", as_of=T + 30_000)
     assert by_id(tables["OGG.T"]) == [
         {"id": 1, "name": "aa", "qty": 1},
@@ -189,7 +182,7 @@ def test_key_from_option_when_records_name_none(replay, tmp_path):
         rec("I", after={"k": 1, "v": "a"}, pk=None, pos=1),
         rec("U", before={"k": 1, "v": "a"}, after={"k": 1, "v": "b"}, pk=None, pos=2),
     ]
-    metrics, tables = replay(FMT, write(tmp_path / "in" / "a.json", lines), key="k")
+    metrics, tables = replay(FMT, write_jsonl(tmp_path / "in" / "a.json", lines), key="k")
     assert tables == {"OGG.T": [{"k": 1, "v": "b"}]}
     assert_events_add_up(metrics)
 
@@ -237,7 +230,9 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
     }
     assert metrics["events"]["read"] == 15 and metrics["events"]["quarantined"] == 14
     # A pos that is not digits orders the record by op_ts, counted; it is no error.
-    unreadable = write(tmp_path / "in2" / "a.json", [rec("I", after={"id": 1, "name": "x"}, pos="12:34")])
+    unreadable = write_jsonl(
+        tmp_path / "in2" / "a.json", [rec("I", after={"id": 1, "name": "x"}, pos="12:34")]
+    )
     metrics, tables = replay(FMT, unreadable)
     assert tables == {"OGG.T": [{"id": 1, "name": "x"}]}
     assert metrics["ordering"] == {"unreadable_log_position": 1}
