@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("CDC_SHARED_DIR", REPO.parent / "shared"))
 SEEDS = SHARED / "seeds"
 CONFORMANCE = SHARED / "conformance"
+# The job's command, installed beside this interpreter: tests that need the job in its own process.
+CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 
 
 @pytest.fixture(scope="session")

@@ -324,7 +324,7 @@ def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> 
     reset = applied & ~partial_update & (F.col("op") != OP_TRUNCATE) & ~F.col("_moved_away")
     ord_ = F.col("_ord")
     # Position fields are read from ``_ord``: the top-level copies then never enter the shuffle
-    # (the file URI and log position alone were about half of each shuffled row).
+    # (1M Debezium events: 166 -> 150 MiB of compressed shuffle).
     file = F.nullif(ord_["file"], F.lit(""))  # base rows without a file carry "" in ``_ord``
     last_meta = F.struct(
         F.col("op"),

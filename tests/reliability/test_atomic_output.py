@@ -20,14 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rows_of, write_jsonl
+from tests.conftest import CDC_REPLAY, rows_of, write_jsonl
 from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.replay import output_lock
 from airflow_cdc_provider.replay.output import OutputLockedError, OutputTarget
 from airflow_cdc_provider.replay.output_lock import LockHolder, OutputBusyError
 
-CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 TABLES = [f"t{i:02d}" for i in range(10)]
 SECRET = "row-value-7f3a9-never-logged"
 

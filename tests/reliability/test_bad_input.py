@@ -13,19 +13,16 @@ import gzip
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_events_add_up, rows_of
+from tests.conftest import CDC_REPLAY, assert_events_add_up, rows_of
 from tests.formats.test_canal import msg as canal_msg
 from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.formats import landed_files
 from airflow_cdc_provider.replay.engine import QuarantineError
-
-CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 
 
 def quarantined(output: Path) -> list[dict]:
