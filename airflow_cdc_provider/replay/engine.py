@@ -19,7 +19,6 @@ from airflow_cdc_provider.formats.events import (
     IGNORED_TABLE_FILTER,
     KIND_CHANGE,
     KIND_IGNORED,
-    KIND_QUARANTINED,
     position_text,
 )
 from airflow_cdc_provider.formats.landed_files import (
@@ -41,12 +40,11 @@ from airflow_cdc_provider.replay.fold import (
     TAG_QUARANTINED,
     TAG_ROW,
     TAG_TRUNCATE,
-    content_hash,
     fold,
     keyed_events,
-    lacks_key,
     ordering,
     table_changes,
+    with_keys,
 )
 from airflow_cdc_provider.replay.metrics import build_metrics, group_counts
 from airflow_cdc_provider.replay.output import OutputTarget
@@ -125,15 +123,8 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
     decoder = get_decoder(spec.source_format)
 
     def decode(landed: list[LandedFile], context: list[LandedFile] = ()) -> DataFrame:
-        # Raw record text is needed only for the quarantine: keep its hash (duplicate detection) instead.
-        quarantine_bound = (F.col("kind") == KIND_QUARANTINED) | lacks_key(spec.keys)
         options = replace(spec.decode_options, context_files=tuple(context))
-        return decoder.decode(spark, landed, options).withColumns(
-            {
-                "_content_hash": content_hash(),
-                "raw": F.when(quarantine_bound, F.col("raw")),
-            }
-        )
+        return with_keys(decoder.decode(spark, landed, options), spec.keys)
 
     # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
     # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
@@ -177,7 +168,7 @@ def _fold(
     """
     size_shuffles(spark, read.files)
     events = _select_tables(read.events, spec.tables)
-    keyed = keyed_events(events, spec.keys, spec.as_of_ms)
+    keyed = keyed_events(events, spec.as_of_ms)
     carried = None
     if read.base is not None:
         keyed = keyed.withColumn("_base", F.lit(False))

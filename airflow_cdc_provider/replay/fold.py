@@ -116,27 +116,36 @@ def _lacks_key(key_cols: Column, new_key: Column) -> Column:
     return is_row & key_cols.isNotNull() & (F.size(F.array_compact(new_key)) < F.size(new_key))
 
 
-def lacks_key(keys: KeyConfig) -> Column:
-    """Row changes the fold will quarantine as "missing key" (callers keep their raw text)."""
-    return F.coalesce(
-        _lacks_key(F.coalesce(F.col("key_cols"), keys.column_for(F.col("table"))), _new_key(keys)),
-        F.lit(False),
-    )
+def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
+    """Decoded events as the run keeps them: keys attached, and only what is read after keying.
 
-
-def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame:
-    """Attach group tag and key to every canonical event; split key-changing updates in two."""
+    The keys (``_key_cols``, ``_new_key``, and ``_old_key`` where a before image could move the row)
+    are computed once, here, so that neither the held events nor the fold walk the images again.
+    The before image is kept only for DDL events (the columns they drop) and the record's text only
+    for what the fold will quarantine; a content hash stands in for it in duplicate detection.
+    """
     key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
-    after_or_before = F.coalesce(F.col("after"), empty_image())
-    before_or_after = F.coalesce(F.col("before"), empty_image())
-    old_key = _key_values(before_or_after, after_or_before, F.col("key_cols"), keys)
-    staged = plan_barrier(events).select(
+    old_key = _key_values(F.col("before"), F.coalesce(F.col("after"), empty_image()), F.col("key_cols"), keys)
+    keyed = plan_barrier(events).select(
         "*",
         key_cols.alias("_key_cols"),
         _new_key(keys).alias("_new_key"),
-        old_key.alias("_old_key"),
-        ordering(events).alias("_ord"),
+        F.when(F.col("before").isNotNull(), old_key).alias("_old_key"),
     )
+    lacks_key = F.coalesce(_lacks_key(F.col("_key_cols"), F.col("_new_key")), F.lit(False))
+    is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
+    return plan_barrier(keyed).withColumns(
+        {
+            "_content_hash": content_hash(),
+            "raw": F.when((F.col("kind") == KIND_QUARANTINED) | lacks_key, F.col("raw")),
+            "before": F.when(is_ddl, F.col("before")),
+        }
+    )
+
+
+def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
+    """Attach group tag and key to every event of ``with_keys``; split key-changing updates in two."""
+    staged = events.select("*", ordering(events).alias("_ord"))
     missing_key = F.coalesce(_lacks_key(F.col("_key_cols"), F.col("_new_key")), F.lit(False))
     kind = F.when(missing_key, F.lit(KIND_QUARANTINED)).otherwise(F.col("kind"))
     reason = F.when(missing_key, F.lit(Q_MISSING_KEY)).otherwise(F.col("reason"))
@@ -164,12 +173,7 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
         )
         .otherwise(F.array().cast("array<string>"))
     )
-    key_moved = (
-        is_row
-        & (F.col("op") == OP_UPDATE)
-        & (F.col("_old_key") != F.col("_new_key"))
-        & F.col("before").isNotNull()
-    )
+    key_moved = is_row & (F.col("op") == OP_UPDATE) & (F.col("_old_key") != F.col("_new_key"))
     applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
     is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
     keyed = staged.select(
@@ -188,11 +192,8 @@ def keyed_events(events: DataFrame, keys: KeyConfig, as_of_ms: int) -> DataFrame
     # A key-changing update also deletes the old key, at the same position (never counted itself).
     keyed = plan_barrier(keyed).select("*", F.explode_outer("_split").alias("_moved_away")).drop("_split")
     return keyed.select(
-        *[c for c in keyed.columns if c not in ("_key", "op", "before", "after", "partial")],
+        *[c for c in keyed.columns if c not in ("_key", "op", "after", "partial")],
         F.when(F.col("_moved_away"), F.col("_old_key")).otherwise(F.col("_key")).alias("_key"),
-        # Past keying only a DDL event's before image is read (the columns it drops): the others
-        # would only widen the shuffle.
-        F.when(F.col("_tag") == TAG_IGNORED, F.col("before")).alias("before"),
         F.when(F.col("_moved_away"), F.lit(OP_DELETE)).otherwise(F.col("op")).alias("op"),
         F.when(F.col("_moved_away"), F.lit(None).cast(IMAGE_TYPE)).otherwise(F.col("after")).alias("after"),
         F.when(F.col("_moved_away"), F.lit(False))

@@ -32,9 +32,7 @@ from airflow_cdc_provider.replay.base_state import (
     read_base_state,
     scan_new_events,
 )
-from airflow_cdc_provider.replay.fold import (
-    KeyConfig,
-)
+from airflow_cdc_provider.replay.fold import KeyConfig, with_keys
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 
 log = logging.getLogger(__name__)
@@ -102,7 +100,7 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: 
         events, fresh = (
             checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered))
             if fresh
-            else (_no_events(spark), [])
+            else (_no_events(spark, spec.keys), [])
         )
         reread = {f.path for f in fresh if state.reread(f)}
         scan = scan_new_events(events, state, reread, partial_images)
@@ -160,10 +158,8 @@ def read_all(
     return Input(events, files, {SKIPPED_PARTITION: skipped[SKIPPED_PARTITION]}, None, incremental, horizons)
 
 
-def _no_events(spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], CANONICAL_EVENT_SCHEMA).withColumn(
-        "_content_hash", F.lit(0).cast("bigint")
-    )
+def _no_events(spark: SparkSession, keys: KeyConfig) -> DataFrame:
+    return with_keys(spark.createDataFrame([], CANONICAL_EVENT_SCHEMA), keys)
 
 
 _INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
