@@ -4,10 +4,11 @@ Kept apart from the decoders because every line-oriented format reads files the 
 apart from the engine because the sensors (which have no Spark session) list the same layouts.
 
 Positions matter: the engine orders records by the source's log position, then event time, then
-the record's place in its file. Small files (the usual Kafka-sink landing) are read whole, which
-gives exact line numbers and lets a pretty-printed JSON document be one record. Large files are
-read line by line in splits; their ``file_pos`` still orders records exactly, but only the
-byte offset of the split is known, so ``line`` is null for them.
+the record's place in its file. Small files (the usual Kafka-sink landing of a few messages) are
+read whole, which gives exact line numbers and lets a pretty-printed JSON document be one record.
+Larger files are read line by line in splits, as Spark reads text: their ``file_pos`` orders
+records exactly but ``line`` is null, and ``split_lines`` finds the lines of the few records a run
+shows (quarantine, metadata) afterwards, without parsing anything.
 
 Two kinds of damage are flagged here, where the bytes are still at hand. A compressed file that
 breaks off (a gzip cut short by a failed upload) makes Hadoop's codec throw, which would fail the
@@ -33,10 +34,12 @@ from airflow_cdc_provider.contract.paths import (
 )
 from airflow_cdc_provider.formats.events import plan_barrier
 
-# Files up to this size are read whole (exact line numbers, multi-line documents).
-WHOLE_FILE_MAX_BYTES = 64 * 1024 * 1024
+# Files up to this size are read whole (exact line numbers, multi-line documents). Larger ones are
+# read in splits: reading 8 files of 30 MiB whole cost twice Spark's line reader, and a whole file
+# is one task, so a few large files kept cores idle.
+WHOLE_FILE_MAX_BYTES = 1024 * 1024
 # A compressed file expands; keep the in-memory text of a whole-read file bounded.
-WHOLE_FILE_MAX_COMPRESSED_BYTES = 8 * 1024 * 1024
+WHOLE_FILE_MAX_COMPRESSED_BYTES = 1024 * 1024
 # Driver threads checking small compressed files once one of them turned out damaged.
 _SCAN_THREADS = 16
 # Low bits of a split record's file_pos hold its index inside the split (< split bytes).
@@ -208,6 +211,31 @@ def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
             (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
         )
     )
+
+
+def split_lines(spark: SparkSession, files: list[LandedFile], positions: DataFrame) -> DataFrame:
+    """``positions`` (``file, file_pos`` of records read in splits) with their exact ``line``.
+
+    Spark packs a given list of files into the same splits every time, so reading the split-read
+    files again with the same reader gives every record the same ``file_pos``; numbering the lines
+    of the files asked about then places each record. Text only, nothing parsed: this runs for the
+    records a run shows (quarantine, metadata), not for every record read.
+    """
+    split = [f.path for f in files if not f.damaged and not f.read_whole]
+    if not split:
+        return positions.withColumn("line", F.lit(None).cast("long"))
+    asked = positions.select("file").distinct()
+    lines = (
+        _split_file_records(spark, split)
+        .select("file", "file_pos")
+        .join(F.broadcast(asked), "file", "left_semi")
+    )
+    numbered = lines.select(
+        "file",
+        "file_pos",
+        F.row_number().over(Window.partitionBy("file").orderBy("file_pos")).cast("long").alias("line"),
+    )
+    return positions.join(numbered, ["file", "file_pos"], "left")
 
 
 def _salvaged_records(spark: SparkSession, paths: list[str]) -> DataFrame:

@@ -2,13 +2,15 @@
 
 The input is scanned once: decoding, keying and the fold are one lazy plan ending in one
 aggregation, whose (small) result is persisted; everything after it (quarantine, typing, tables,
-metrics) reads that result, never the landed files again.
+metrics) reads that result, never the landed files again. Two cases read the decoded events more
+than once and keep them instead: a run that writes ``_cdc_state`` (incremental bookkeeping), and a
+landing with an applied truncate or column drop (found by the single pass, then folded again).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,9 +23,7 @@ from airflow_cdc_provider.formats.events import (
     KIND_IGNORED,
     position_text,
 )
-from airflow_cdc_provider.formats.landed_files import (
-    LandedFile,
-)
+from airflow_cdc_provider.formats.landed_files import LandedFile, checkpoint_salvaging, split_lines
 from airflow_cdc_provider.replay.base_state import (
     ROWS_DIR,
     STATE_DIR,
@@ -46,7 +46,7 @@ from airflow_cdc_provider.replay.fold import (
     table_changes,
     with_keys,
 )
-from airflow_cdc_provider.replay.metrics import build_metrics, group_counts
+from airflow_cdc_provider.replay.metrics import build_metrics, group_counts, needs_table_changes
 from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.plan import (
     SKIPPED_IN_BASE,
@@ -126,75 +126,175 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         options = replace(spec.decode_options, context_files=tuple(context))
         return with_keys(decoder.decode(spark, landed, options), spec.keys)
 
-    # The one scan of the input: decoded events are kept (memory, spilling to disk) for the fold.
-    # Planning a decoder's expressions and the fold's as one query makes Catalyst's optimizer
-    # blow up (minutes, gigabytes, for a handful of rows); two plans stay small.
     read = read_input(spark, spec, decode, decoder.partial_images)
-    events, folded, changes, carried = _fold(spark, spec, read, decoder.partial_images)
-    if read.base is not None and decoder.partial_images and (older := unreplayable_partials(folded)):
+    result = _fold(spark, spec, read, decode, decoder.partial_images)
+    if read.base is not None and decoder.partial_images and (older := unreplayable_partials(result.folded)):
         why = (
             f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
         )
-        folded.unpersist()
-        changes.unpersist()
+        result.release()
         read.events.unpersist()
         listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
         read = read_all(
             spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why
         )
-        events, folded, changes, carried = _fold(spark, spec, read, decoder.partial_images)
-    resolved = resolve(folded, changes, carry_moves=decoder.partial_images)
-    if carried is not None:
-        resolved = resolved.unionByName(carried_as_resolved(carried, resolved))
-    # Checkpointing the per-key result lets the small jobs after it plan against it alone.
-    resolved = resolved.localCheckpoint(eager=True)
+        result = _fold(spark, spec, read, decode, decoder.partial_images)
+    groups = group_counts(result.resolved)
+    if not read.kept and needs_table_changes(groups):
+        # The single pass assumed no truncate or column drop: they change rows of every key of a
+        # table, so the counting window and each key's state need them before they run. Decode
+        # again, keep the events, and fold with the tables' changes.
+        result.release()
+        read = read_all(spark, spec, decode, read.files, read.skipped, None, None)
+        result = _fold(spark, spec, read, decode, decoder.partial_images)
+        groups = group_counts(result.resolved)
     try:
-        return _write(spark, spec, target, read, events, resolved)
+        return _write(spark, spec, target, read, result.resolved, groups)
     finally:
-        resolved.unpersist()
-        folded.unpersist()
-        changes.unpersist()
-        read.events.unpersist()
+        result.release()
+        if read.kept:
+            read.events.unpersist()
 
 
-def _fold(
-    spark: SparkSession, spec: SnapshotSpec, read: Input, partial_images: bool
-) -> tuple[DataFrame, DataFrame, DataFrame, DataFrame | None]:
-    """``(events, folded, changes, carried)``: the selected events, their fold, the tables' truncates
-    and column drops, and the base's untouched rows.
+@dataclass
+class _Folded:
+    """A run's fold: ``resolved`` (materialised, one row per group) and the frames kept for it."""
 
-    With a base, only the base rows of keys this run's events touch join the fold; the others
-    (``carried``) pass through unchanged.
+    resolved: DataFrame
+    folded: DataFrame
+    kept: list[DataFrame]
+
+    def release(self) -> None:
+        for frame in (self.resolved, *self.kept):
+            frame.unpersist()
+
+
+def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_images: bool) -> _Folded:
+    """Fold the run's events and resolve each group's final row, materialised once.
+
+    With kept events the tables' truncates and column drops are computed first. Lazy events make
+    this the run's only pass over the landing (decode, key, one shuffle, window, aggregation), so
+    it is where a damaged compressed file shows up: ``checkpoint_salvaging`` reads it again as
+    far as it goes. With a base, only the base rows of keys this run's events touch join the
+    fold; the others (``carried``) pass through unchanged.
     """
     size_shuffles(spark, read.files)
-    events = _select_tables(read.events, spec.tables)
-    keyed = keyed_events(events, spec.as_of_ms)
-    carried = None
-    if read.base is not None:
-        keyed = keyed.withColumn("_base", F.lit(False))
-        touched, carried = split_base_rows(spark, read.base, keyed, read.whole_tables)
-        keyed = keyed.unionByName(base_rows_as_keyed(touched, keyed))
-    # Tiny (truncates and column drops only), read by the fold and by resolve: computed once.
-    changes = table_changes(events, spec.as_of_ms).localCheckpoint(eager=True)
-    folded = fold(keyed, changes, partial_images)
-    if partial_images:
-        folded = folded.localCheckpoint(eager=True)
-    return events, folded, changes, carried
+    kept: list[DataFrame] = []
+    folded_ref: list[DataFrame] = []
+
+    def build(files: list[LandedFile]) -> DataFrame:
+        if not read.kept:
+            read.files, read.events = files, decode(files)
+        events = _select_tables(read.events, spec.tables)
+        keyed = keyed_events(events, spec.as_of_ms)
+        carried = None
+        if read.base is not None:
+            keyed = keyed.withColumn("_base", F.lit(False))
+            touched, carried = split_base_rows(spark, read.base, keyed, read.whole_tables)
+            keyed = keyed.unionByName(base_rows_as_keyed(touched, keyed))
+        changes = None
+        if read.kept:
+            # Tiny (truncates and column drops only), read by the fold and by resolve: computed once.
+            changes = table_changes(events, spec.as_of_ms).localCheckpoint(eager=True)
+            kept.append(changes)
+        folded = fold(keyed, changes, partial_images)
+        if partial_images:
+            folded = folded.localCheckpoint(eager=True)
+            kept.append(folded)
+        folded_ref[:] = [folded]
+        resolved = resolve(folded, changes, carry_moves=partial_images)
+        if carried is not None:
+            resolved = resolved.unionByName(carried_as_resolved(carried, resolved))
+        return resolved
+
+    # Checkpointing the per-key result lets the small jobs after it plan against it alone.
+    if read.kept:
+        resolved = build(read.files).localCheckpoint(eager=True)
+    else:
+        resolved, read.files = checkpoint_salvaging(spark, read.files, build)
+    return _Folded(resolved, folded_ref[0], kept)
 
 
-# Bytes of landed input per shuffle partition (before AQE coalesces what turns out small).
+def _with_split_lines(
+    spark: SparkSession, files: list[LandedFile], resolved: DataFrame, quarantine: bool, last: bool
+) -> DataFrame:
+    """``resolved`` with the line numbers of split-read records filled in where a run shows them.
+
+    ``quarantine``: the quarantined records' (``first``); ``last``: each row's last event (for
+    ``--with-metadata`` and ``_cdc_state``). Costs a text-only read of the split files involved.
+    """
+    if not (quarantine or last) or all(f.read_whole or f.damaged for f in files):
+        return resolved
+    fields = [("first", TAG_QUARANTINED)] * quarantine + [("last", TAG_ROW)] * last
+    wanted = None
+    for field, tag in fields:
+        ev = F.col(field)
+        asked = resolved.where(
+            (F.col("_tag") == tag) & ev.isNotNull() & ev["line"].isNull() & ev["file"].isNotNull()
+        ).select(ev["file"].alias("file"), ev["file_pos"].alias("file_pos"))
+        wanted = asked if wanted is None else wanted.unionByName(asked)
+    lines = split_lines(spark, files, wanted.distinct()).localCheckpoint(eager=True)
+    out = resolved
+    for field, _tag in fields:
+        found = lines.select(
+            F.col("file").alias("_l_file"), F.col("file_pos").alias("_l_pos"), F.col("line").alias("_l_line")
+        )
+        ev = F.col(field)
+        out = (
+            out.join(
+                F.broadcast(found),
+                (ev["file"] == F.col("_l_file")) & (ev["file_pos"] == F.col("_l_pos")) & ev["line"].isNull(),
+                "left",
+            )
+            .withColumn(
+                field,
+                F.when(ev.isNull(), ev).otherwise(
+                    ev.withField("line", F.coalesce(ev["line"], F.col("_l_line")))
+                ),
+            )
+            .drop("_l_file", "_l_pos", "_l_line")
+        )
+    filled = out.localCheckpoint(eager=True)
+    lines.unpersist()
+    return filled
+
+
 def _write(
-    spark, spec: SnapshotSpec, target: OutputTarget, read: Input, events: DataFrame, resolved: DataFrame
+    spark, spec: SnapshotSpec, target: OutputTarget, read: Input, resolved: DataFrame, groups: list
 ) -> dict:
-    groups = group_counts(resolved)
     keyless = sorted({g["table"] for g in groups if g["_tag"] == TAG_NO_KEY})
     if keyless:
         raise MissingKeyError(
             f"no key for table(s) {', '.join(keyless)}: the records do not name their key columns; "
             f"pass --key COL[,COL...] (or --key TABLE=COL,... per table)"
         )
+    quarantine_count = sum(g["n"] for g in groups if g["_tag"] == TAG_QUARANTINED)
+    shown = _with_split_lines(
+        spark,
+        read.files,
+        resolved,
+        quarantine=quarantine_count > 0,
+        last=spec.with_metadata or spec.writes_state,
+    )
+    try:
+        return _write_shown(spark, spec, target, read, shown, groups, quarantine_count)
+    finally:
+        if shown is not resolved:
+            shown.unpersist()
+
+
+def _write_shown(
+    spark,
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    read: Input,
+    resolved: DataFrame,
+    groups: list,
+    quarantine_count: int,
+) -> dict:
+    events = read.events
     quarantined = resolved.where(F.col("_tag") == TAG_QUARANTINED)
-    if spec.on_error == "fail" and any(g["_tag"] == TAG_QUARANTINED for g in groups):
+    if spec.on_error == "fail" and quarantine_count:
         first = quarantined.select("first.*").orderBy("file", "file_pos", "sub_pos").first()
         raise QuarantineError(
             f"cannot decode {position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
@@ -250,7 +350,6 @@ def _write(
         snapshot.write.mode("overwrite").parquet(target.staging_uri(table))
         table_paths[table] = target.final_uri(table)
 
-    quarantine_count = sum(g["n"] for g in groups if g["_tag"] == TAG_QUARANTINED)
     if quarantine_count:
         quarantined.select(
             F.col("first.file").alias("file"),

@@ -256,32 +256,40 @@ def _op_code() -> Column:
     return F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(code)
 
 
-def _count_flags(keyed: DataFrame, changes: DataFrame, group: list[str]) -> DataFrame:
+def _count_flags(keyed: DataFrame, changes: DataFrame | None, group: list[str]) -> DataFrame:
     """Per applied row change, what it adds to the counts, from the events before it in position order.
 
     A window over each key's events (code-generated, spilling, its sort shared with the fold's
     aggregation) stands in for walking a per-key list: an event is an exact duplicate when it
     repeats the previous counted event; a delete or update finds no row when the previous applied
     event was a delete (or there was none), or a truncate of the table came after it.
+    ``changes`` is None when no truncate was applied (the single-pass fold).
     """
     applied = F.col("_applied")
     from_base = F.col("_base") if "_base" in keyed.columns else F.lit(False)
     counted = applied & ~F.col("_moved_away") & ~from_base
     before = Window.partitionBy(*group).orderBy(*_counting_order()).rowsBetween(Window.unboundedPreceding, -1)
-    with_truncs = keyed.join(F.broadcast(changes.select("table", "truncs")), "table", "left")
-    staged = with_truncs.select(
-        "*",
-        _op_code().alias("_op_code"),
-        counted.alias("_counted"),
+    with_truncs = (
+        keyed.join(F.broadcast(changes.select("table", "truncs")), "table", "left")
+        if changes is not None
+        else keyed
+    )
+    previous = [
         F.last(F.when(counted, F.col("_hash")), ignorenulls=True).over(before).alias("_prev_hash"),
         F.last(F.when(applied, _op_code()), ignorenulls=True).over(before).alias("_prev_op"),
-        F.last(F.when(applied, F.col("_ord")), ignorenulls=True).over(before).alias("_prev_ord"),
-    )
-    ord_, prev_ord = F.col("_ord"), F.col("_prev_ord")
-    truncated_since = F.when(
-        F.col("truncs").isNotNull(),
-        F.exists("truncs", lambda t: (t < ord_) & (prev_ord.isNull() | (t > prev_ord))),
-    ).otherwise(F.lit(False))
+    ]
+    if changes is not None:
+        previous.append(
+            F.last(F.when(applied, F.col("_ord")), ignorenulls=True).over(before).alias("_prev_ord")
+        )
+    staged = with_truncs.select("*", _op_code().alias("_op_code"), counted.alias("_counted"), *previous)
+    truncated_since = F.lit(False)
+    if changes is not None:
+        ord_, prev_ord = F.col("_ord"), F.col("_prev_ord")
+        truncated_since = F.when(
+            F.col("truncs").isNotNull(),
+            F.exists("truncs", lambda t: (t < ord_) & (prev_ord.isNull() | (t > prev_ord))),
+        ).otherwise(F.lit(False))
     existed = F.col("_prev_op").isNotNull() & (F.col("_prev_op") != _OP_CODE[OP_DELETE]) & ~truncated_since
     op = F.col("_op_code")
     dup = F.col("_counted") & F.coalesce(F.col("_prev_hash") == F.col("_hash"), F.lit(False))
@@ -305,10 +313,11 @@ def _count_flags(keyed: DataFrame, changes: DataFrame, group: list[str]) -> Data
 _COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
 
 
-def fold(keyed: DataFrame, changes: DataFrame, partial_images: bool = False) -> DataFrame:
+def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = False) -> DataFrame:
     """One window and one aggregation per (table, tag, key): the folded state plus its counts.
 
-    ``changes`` is ``table_changes`` of the events. For full-image formats every aggregation buffer has a
+    ``changes`` is ``table_changes`` of the events, or None for a single pass that assumes no
+    truncate was applied (``needs_table_changes`` of its counts says whether that held). For full-image formats every aggregation buffer has a
     fixed size: the latest reset (``max_by``), the last move to another key, counts as sums. Formats
     with partial images (``partial_images``) also keep their partial updates, every reset and every
     move to another key in lists: a key change then carries the row's state at that moment.

@@ -55,9 +55,18 @@ def group_counts(resolved: DataFrame) -> list:
             F.first(F.when(F.col("_tag") == TAG_ROW, F.col("key_names")), ignorenulls=True).alias(
                 "key_names"
             ),
+            F.sum(F.size(F.filter("ddl_changes", lambda c: F.size(c["cols"]) > 0))).alias("drops"),
         )
         .collect()
     )
+
+
+def needs_table_changes(groups: list) -> bool:
+    """Whether an applied truncate or column drop changes rows of keys its table's other events never name."""
+    applied_truncates = any(
+        g["_tag"] == TAG_TRUNCATE and (g["n"] or 0) > (g["after_as_of"] or 0) for g in groups
+    )
+    return applied_truncates or any((g["drops"] or 0) > 0 for g in groups)
 
 
 def build_metrics(

@@ -43,7 +43,12 @@ SKIPPED_IN_BASE = "already applied by the base"
 
 @dataclass
 class Input:
-    """What one run reads and how: the decoded events, the files behind them, the base it starts from."""
+    """What one run reads and how: the decoded events, the files behind them, the base it starts from.
+
+    ``kept``: the events are materialised (``localCheckpoint``) because the run reads them more than
+    once (an incremental run's bookkeeping, the files' newest event times for ``_cdc_state``). A
+    plain rebuild leaves them lazy: the fold's shuffle is then the only pass over the landing.
+    """
 
     events: DataFrame
     files: list[LandedFile]
@@ -52,6 +57,7 @@ class Input:
     incremental: dict | None  # the metrics' "incremental" block when --base was given
     horizons: dict[str, int | None] = field(default_factory=dict)
     whole_tables: list[str] = field(default_factory=list)  # tables whose base rows are all folded again
+    kept: bool = True
 
 
 def _base_mismatch(spec: SnapshotSpec, state: BaseState) -> str | None:
@@ -86,11 +92,15 @@ def decode_json(spec: SnapshotSpec) -> dict:
 def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: bool) -> Input:
     """List, prune and decode the landed files; with ``--base``, only those the base did not cover.
 
-    Reads everything (a full rebuild) when the base cannot be used or this run's events could not
-    be folded onto it; the ``incremental`` block says which happened and why.
+    A rebuild that writes no state gets its events lazily (``kept`` false): nothing is read until
+    the fold runs. Otherwise they are decoded and kept once. Reads everything (a full rebuild) when
+    the base cannot be used or this run's events could not be folded onto it; the ``incremental``
+    block says which happened and why.
     """
     listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
     skipped = {SKIPPED_PARTITION: after_as_of}
+    if not spec.writes_state:
+        return Input(decode(listed), listed, skipped, None, None, kept=False)
     state, why_full = read_base_state(spark, spec.base) if spec.base else (None, None)
     if state is not None:
         why_full = _base_mismatch(spec, state)
@@ -172,9 +182,21 @@ def shuffle_partitions(input_bytes: int, cores: int) -> int:
     return max(cores, min(wanted, _MAX_SHUFFLE_PARTITIONS))
 
 
+# Input tasks per core: two waves of reads even out files of unequal size (with one task per core
+# the slowest file decides; with 3 tasks on 2 cores one core idles for a third of the scan).
+_READ_TASKS_PER_CORE = 2
+
+
 def size_shuffles(spark: SparkSession, files: list[LandedFile]) -> None:
-    """Shuffle partitions sized to the input, not Spark's fixed 200 (unless the user chose a number)."""
-    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
-        return
-    count = shuffle_partitions(sum(f.size for f in files), spark.sparkContext.defaultParallelism)
-    spark.conf.set("spark.sql.shuffle.partitions", str(count))
+    """Shuffle partitions sized to the input, not Spark's fixed 200, and at least two read tasks per core.
+
+    Settings the user chose (``spark.sql.shuffle.partitions``, ``spark.sql.files.minPartitionNum``)
+    are kept. 1M Debezium events in 8 files: 3 read tasks on 2 cores took 20.7 s, 4 tasks 16.7 s.
+    """
+    conf = spark.sparkContext.getConf()
+    cores = spark.sparkContext.defaultParallelism
+    if not conf.contains("spark.sql.shuffle.partitions"):
+        count = shuffle_partitions(sum(f.size for f in files), cores)
+        spark.conf.set("spark.sql.shuffle.partitions", str(count))
+    if not conf.contains("spark.sql.files.minPartitionNum"):
+        spark.conf.set("spark.sql.files.minPartitionNum", str(_READ_TASKS_PER_CORE * cores))

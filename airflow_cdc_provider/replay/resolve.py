@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType
 
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
 from airflow_cdc_provider.replay.fold import TAG_ROW
@@ -139,14 +140,22 @@ def carried_rows(rows: DataFrame) -> DataFrame:
     )
 
 
-def resolve(folded: DataFrame, changes: DataFrame, carry_moves: bool = False) -> DataFrame:
+def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = False) -> DataFrame:
     """Per row group: ``exists`` and the final ``image`` (other tags pass through).
 
-    ``changes`` is ``table_changes`` of the fold's events. ``carry_moves``: the format has partial
-    images, so key changes may need the old key's row (``folded`` is then read twice: pass a
-    persisted one).
+    ``changes`` is ``table_changes`` of the fold's events, or None when no truncate or column drop
+    was applied. ``carry_moves``: the format has partial images, so key changes may need the old
+    key's row (``folded`` is then read twice: pass a persisted one).
     """
-    rows = folded.join(F.broadcast(changes), on="table", how="left")
+    if changes is not None:
+        rows = folded.join(F.broadcast(changes), on="table", how="left")
+    else:
+        ord_type = folded.schema["reset"].dataType["ord"].dataType
+        rows = folded.select(
+            "*",
+            F.lit(None).cast(ArrayType(ord_type)).alias("truncs"),
+            F.lit(None).cast(folded.schema["ddl_changes"].dataType).alias("drops"),
+        )
     if carry_moves:
         rows = rows.join(carried_rows(rows), on=["table", "_key"], how="left")
         exists, image, _ = _state_before(None, F.col("carries"))

@@ -80,7 +80,7 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     (landed / "empty.json").write_bytes(b"")
     (landed / "empty.json.gz").write_bytes(gzip.compress(b""))
     (landed / "zero-bytes.json.gz").write_bytes(b"")
-    # Files larger than a.json are read in splits here (64 MiB in production): both readers are covered.
+    # Files larger than a.json are read in splits here (1 MiB in production): both readers are covered.
     monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", (landed / "a.json").stat().st_size)
     assert (landed / "big.json").stat().st_size > landed_files.WHOLE_FILE_MAX_BYTES
 
@@ -111,9 +111,10 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
         ("a.json", 8, "missing key", null_key),
         ("a.json", 9, "not UTF-8", latin1.decode("utf-8", "replace")),
         ("a.json", 10, "truncated", '{"op": "c", "after": {"id": 5'),
-        ("big.json", None, "not UTF-8", latin1.replace(b'"id": 4', b'"id": 13').decode("utf-8", "replace")),
+        ("big.json", 2, "not UTF-8", latin1.replace(b'"id": 4', b'"id": 13').decode("utf-8", "replace")),
     ]
-    assert records[-1]["file_pos"] > 0  # split-read files give a position, not a line number
+    # Split-read files order records by a position within the file; the line is found afterwards.
+    assert records[-1]["file_pos"] > 0
     # The quarantine is written like the snapshot, with the same permissions.
     assert file_modes(output / "_quarantine") <= file_modes(output / "db.shop")
     assert oct(os.stat(output / "_cdc_metrics.json").st_mode & 0o777) == oct(
