@@ -23,6 +23,9 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.formats.sqlexpr import Expr
+
 # op: what a row change does.
 OP_INSERT = "insert"
 OP_READ = "read"  # snapshot read (full load): applied like an insert
@@ -112,11 +115,12 @@ def position_text(file: str, line: int | None, file_pos: int, sub_pos: int | Non
     return f"{file} {where}"
 
 
-def canonical(**columns: Column) -> list[Column]:
+def canonical(**columns: Expr | Column) -> list[Column]:
     """Select list in canonical order; columns not given are typed nulls.
 
     Decoders call this once with the columns they know, so a new canonical field never breaks
-    a decoder and every decoder's output has exactly the canonical schema.
+    a decoder and every decoder's output has exactly the canonical schema. Values built with
+    ``sqlexpr`` become one JVM call each.
     """
     unknown = set(columns) - set(CANONICAL_COLUMNS)
     if unknown:
@@ -125,19 +129,28 @@ def canonical(**columns: Column) -> list[Column]:
     for field in CANONICAL_EVENT_SCHEMA.fields:
         value = columns.get(field.name)
         if value is None:
-            value = F.lit(None)
-        out.append(value.cast(field.dataType).alias(field.name))
+            value = E.lit(None)
+        if isinstance(value, Expr):
+            out.append(value.cast(field.dataType).alias(field.name).column())
+        else:
+            out.append(value.cast(field.dataType).alias(field.name))
     return out
 
 
-def classify(
-    *cases: tuple[Column, str, str],
-    default_kind: Column | str = KIND_CHANGE,
-) -> tuple[Column, Column]:
-    """Build (kind, reason) columns from ``(condition, kind, reason)`` cases, first match wins.
+def classify(*cases: tuple, default_kind: Expr | Column | str = KIND_CHANGE) -> tuple:
+    """Build (kind, reason) from ``(condition, kind, reason)`` cases, first match wins.
 
-    Keeps each decoder's list of "what makes a record bad" in one readable table.
+    Keeps each decoder's list of "what makes a record bad" in one readable table. Conditions built
+    with ``sqlexpr`` give one CASE each (``Expr``); PySpark Columns give Columns.
     """
+    if cases and isinstance(cases[0][0], Expr):
+        default = E.lit(default_kind) if isinstance(default_kind, str) else default_kind
+        kind = E.when(cases[0][0], E.lit(cases[0][1]))
+        reason = E.when(cases[0][0], E.lit(cases[0][2]))
+        for condition, case_kind, case_reason in cases[1:]:
+            kind = kind.when(condition, E.lit(case_kind))
+            reason = reason.when(condition, E.lit(case_reason))
+        return kind.otherwise(default), reason.otherwise(E.null("string"))
     kind = F.lit(default_kind) if isinstance(default_kind, str) else default_kind
     reason: Column = F.lit(None).cast("string")
     for condition, case_kind, case_reason in reversed(cases):
@@ -146,9 +159,9 @@ def classify(
     return kind, reason
 
 
-def empty_image() -> Column:
+def empty_image() -> Expr:
     """An image that carries no column (not the same as a null image)."""
-    return F.map_from_arrays(F.array(), F.array()).cast(IMAGE_TYPE)
+    return E.map().cast(IMAGE_TYPE)
 
 
 def plan_barrier(df: DataFrame) -> DataFrame:

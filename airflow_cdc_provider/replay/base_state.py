@@ -204,7 +204,7 @@ def carried_as_resolved(rows: DataFrame, resolved: DataFrame) -> DataFrame:
         "last_event_ms": F.col("last.event_ms"),
         "key_names": F.col("key_names"),
         "exists": F.col("exists"),
-        "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image()),
+        "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image().column()),
     }
     return _shaped(rows, values, resolved.schema)
 

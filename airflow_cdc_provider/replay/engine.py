@@ -312,7 +312,7 @@ def _write_shown(
             events.where((F.col("table") == table) & (F.col("types")[col] == spark_type))
             .select(
                 F.min_by(
-                    F.struct(ordering(events).alias("o"), F.col("file").alias("f")), ordering(events)
+                    F.struct(ordering().column().alias("o"), F.col("file").alias("f")), ordering().column()
                 ).alias("m")
             )
             .first()["m"]
