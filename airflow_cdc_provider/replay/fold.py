@@ -332,7 +332,7 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     ).drop(*helpers)
 
 
-_COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
+COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
 
 
 def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = False) -> DataFrame:
@@ -399,7 +399,7 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
                 "unpositioned"
             ),
             E.max_by(E.when(reset, resetting), E.when(reset, ord_)).alias("reset"),
-            E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in _COUNTS]).alias("counts"),
+            E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in COUNTS]).alias("counts"),
             E.max_by(E.when(applied, last_meta), E.when(applied, ord_)).alias("last"),
             E.max(E.when(applied, ord_["event_ms"])).alias("last_event_ms"),
             E.collect_set(
