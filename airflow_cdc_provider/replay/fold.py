@@ -158,8 +158,14 @@ def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
     missing_key = _lacks_key()
     kind = E.when(missing_key, E.lit(KIND_QUARANTINED)).otherwise(E.col("kind"))
     reason = E.when(missing_key, E.lit(Q_MISSING_KEY)).otherwise(E.col("reason"))
-    staged = events.select("*", ordering().alias("_ord").column()).withColumns(
-        {"kind": kind.column(), "reason": reason.column()}
+    # Position fields stay top-level columns (``sub_pos`` never null): the window sorts by them as
+    # they are, so the shuffle carries them once (a struct of them would be copied beside them).
+    staged = events.withColumns(
+        {
+            "kind": kind.column(),
+            "reason": reason.column(),
+            "sub_pos": E.coalesce(E.col("sub_pos"), E.lit(0)).column(),
+        }
     )
 
     is_change = E.col("kind") == KIND_CHANGE
@@ -253,7 +259,7 @@ def _counting_order() -> str:
     The content hash sorts right after the source position and event time, before the landing
     position: two deliveries of one event share the former and differ in the latter.
     """
-    fields = ("_ord.log_pos", "_ord.event_ms", "_hash", "_ord.file", "_ord.file_pos", "_ord.sub_pos")
+    fields = ("log_pos", "event_ms", "_hash", "file", "file_pos", "sub_pos")
     return ", ".join(E.col(f).sql for f in fields)
 
 
@@ -300,11 +306,11 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
         previous(E.when(applied, _op_code())).alias("_prev_op"),
     ]
     if changes is not None:
-        columns.append(previous(E.when(applied, E.col("_ord"))).alias("_prev_ord"))
+        columns.append(previous(E.when(applied, ordering())).alias("_prev_ord"))
     staged = with_truncs.select("*", *E.columns(columns))
     truncated_since = E.lit(False)
     if changes is not None:
-        ord_, prev_ord = E.col("_ord"), E.col("_prev_ord")
+        ord_, prev_ord = ordering(), E.col("_prev_ord")
         truncated_since = E.when(
             E.col("truncs").isNotNull(),
             E.exists("truncs", lambda t: (t < ord_) & (prev_ord.isNull() | (t > prev_ord))),
@@ -356,14 +362,12 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
     # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
     # row's state just before it can still be rebuilt and carried to the new key.
     reset = applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & ~E.col("_moved_away")
-    ord_ = E.col("_ord")
-    # Position fields are read from ``_ord``: the top-level copies then never enter the shuffle
-    # (1M Debezium events: 166 -> 150 MiB of compressed shuffle).
-    file = E.nullif(ord_["file"], E.lit(""))  # base rows without a file carry "" in ``_ord``
+    ord_ = ordering()
+    file = E.nullif(E.col("file"), E.lit(""))  # base rows without a file carry ""
     last_meta = E.struct(
         E.col("op"),
-        ord_["event_ms"].alias("event_ms"),
-        ord_["log_pos"].alias("log_pos"),
+        E.col("event_ms"),
+        E.col("log_pos"),
         file.alias("file"),
         E.col("line"),
         E.col("file_pos"),
@@ -401,7 +405,7 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
             E.max_by(E.when(reset, resetting), E.when(reset, ord_)).alias("reset"),
             E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in COUNTS]).alias("counts"),
             E.max_by(E.when(applied, last_meta), E.when(applied, ord_)).alias("last"),
-            E.max(E.when(applied, ord_["event_ms"])).alias("last_event_ms"),
+            E.max(E.when(applied, E.col("event_ms"))).alias("last_event_ms"),
             E.collect_set(
                 E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types")))
             ).alias("type_sigs"),
@@ -427,7 +431,7 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
     )
     if not partial_images:
         # Full images: the list shapes ``resolve`` reads, made from the fixed-size buffers.
-        ord_type = keyed.schema["_ord"].dataType
+        ord_type = folded.schema["reset"].dataType["ord"].dataType
         partial_type = StructType([StructField("ord", ord_type), StructField("after", IMAGE_TYPE)])
         move_type = StructType(
             [
