@@ -271,7 +271,7 @@ def _row_texts(rows: Expr, null_rows_as_empty: bool) -> Expr:
     def row(m: Expr) -> Expr:
         texts = E.transform_values(m, lambda k, v: E.try_variant_get(v, "$", "string"))
         if null_rows_as_empty:
-            return E.when(m.isNull(), _empty_text_map(E)).otherwise(texts)
+            return E.when(m.isNull(), _empty_text_map()).otherwise(texts)
         return texts
 
     return E.transform(rows, row)
@@ -300,7 +300,7 @@ class CanalJsonDecoder(Decoder):
         j = E.col("j")
         kind_type = E.upper(E.trim(j["type"]))
         is_ddl = E.coalesce(E.lower(E.trim(j["isDdl"])) == "true", E.lit(False))
-        op = E.when(~is_ddl, _lookup(E, _ROW_OPS, kind_type))
+        op = E.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
         old_layout = (op == OP_DELETE) & j["data"].isNull() & j["old"].isNotNull()
         is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)

@@ -112,10 +112,11 @@ _SNAPSHOT_TRUE = (
 )
 
 
-class _Envelope:
+class Envelope:
     """The envelope's fields, from ``payload`` when the record wraps it, else from the record itself.
 
     One CASE per field read, rather than a struct copied per record (a struct of both images).
+    Shared with ``debezium_mongodb``, whose records use the same envelope.
     """
 
     def __getitem__(self, name: str) -> Expr:
@@ -174,9 +175,10 @@ def _log_position(src: Expr) -> Expr:
     )
 
 
-def _op(raw: Expr, snapshot: Expr) -> Expr:
+def envelope_op(raw: Expr, snapshot: Expr, ops: dict[str, str] = _OPS) -> Expr:
+    """The canonical op of an envelope's ``op`` code; an insert while ``source.snapshot`` says so is a read."""
     mapped = E.when(raw == "c", E.lit(OP_INSERT))
-    for code, op in _OPS.items():
+    for code, op in ops.items():
         if code != "c":
             mapped = mapped.when(raw == code, E.lit(op))
     return E.when((raw == "c") & E.lower(snapshot).isin(*_SNAPSHOT_TRUE), E.lit(OP_READ)).otherwise(mapped)
@@ -212,7 +214,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
     Three projections: the declared column types, the converted images, then the canonical event;
     each later one reads the earlier ones' results instead of repeating their expressions.
     """
-    e = _Envelope()
+    e = Envelope()
     staged = parsed.select(
         "*",
         e["after"].alias("_after").column(),
@@ -255,7 +257,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
 
     src = e["source"]
     raw_op = e["op"]
-    op = _op(raw_op, src["snapshot"])
+    op = envelope_op(raw_op, src["snapshot"])
     has_row_change = raw_op.isNotNull()
     bad_value = image_conversion_failed(after_raw, after, declared) | image_conversion_failed(
         before_raw, before, declared

@@ -56,6 +56,7 @@ from pyspark.sql.types import (
 
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.debezium import Envelope, envelope_op
 from airflow_cdc_provider.formats.events import (
     IGNORED_HEARTBEAT,
     IGNORED_KAFKA_KEY,
@@ -125,14 +126,6 @@ _ENVELOPE_FIELDS = [
 RECORD_SCHEMA = StructType(_ENVELOPE_FIELDS + [StructField("payload", StructType(_ENVELOPE_FIELDS))])
 
 _OPS = {"c": OP_INSERT, "r": OP_READ, "u": OP_UPDATE, "d": OP_DELETE}
-_SNAPSHOT_TRUE = (
-    "true",
-    "last",
-    "first",
-    "first_in_data_collection",
-    "last_in_data_collection",
-    "incremental",
-)
 _TEXTS = MapType(StringType(), StringType())
 _VALUES = MapType(StringType(), VariantType())
 _CONVERTED = "map<string,struct<v:variant,t:string,ok:boolean>>"
@@ -426,23 +419,6 @@ def _patch_parts(patch_text: Expr) -> Expr:
     return E.when(patch_text.isNotNull(), let(E.from_json(patch_text, _TEXTS), with_patch))
 
 
-class _Envelope:
-    """The envelope's fields, from ``payload`` when the record wraps it, else from the record itself."""
-
-    def __getitem__(self, name: str) -> Expr:
-        return E.when(E.col("j.payload").isNotNull(), E.col(f"j.payload.{name}")).otherwise(
-            E.col(f"j.{name}")
-        )
-
-
-def _op(raw: Expr, snapshot: Expr) -> Expr:
-    mapped = E.when(raw == "c", E.lit(OP_INSERT))
-    for code, op in _OPS.items():
-        if code != "c":
-            mapped = mapped.when(raw == code, E.lit(op))
-    return E.when((raw == "c") & E.lower(snapshot).isin(*_SNAPSHOT_TRUE), E.lit(OP_READ)).otherwise(mapped)
-
-
 def _any(conditions: list[Expr]) -> Expr:
     return functools.reduce(operator.or_, conditions)
 
@@ -469,7 +445,7 @@ class DebeziumMongodbDecoder(Decoder):
     def _documents(parsed: DataFrame) -> DataFrame:
         """Per record: the envelope fields read later, whether it is a key line, and the text of every
         document it carries (with the names a partial update removes)."""
-        e = _Envelope()
+        e = Envelope()
         src = e["source"]
         description = e["updateDescription"]
         patch = _patch_parts(e["patch"])
@@ -502,7 +478,7 @@ class DebeziumMongodbDecoder(Decoder):
             *_RECORD,
             *E.columns(
                 envelope.alias("e"),
-                _op(e["op"], src["snapshot"]).alias("op"),
+                envelope_op(e["op"], src["snapshot"], _OPS).alias("op"),
                 E.when(src["collection"].isNotNull(), E.concat_ws(".", src["db"], src["collection"])).alias(
                     "table"
                 ),
