@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -53,6 +53,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     CANONICAL_EVENT_SCHEMA,
@@ -79,17 +80,22 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
-    plan_barrier,
 )
-from airflow_cdc_provider.formats.jsonlines import CORRUPT, parse_json_records, unparsable_reason
+from airflow_cdc_provider.formats.jsonlines import (
+    CORRUPT,
+    images_not_objects,
+    parse_json_records,
+    unparsable_reason,
+)
 from airflow_cdc_provider.formats.kafka_connect import let
 from airflow_cdc_provider.formats.landed_files import LandedFile, LandingError, read_records
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.formats.tabular import (
     KIND_CSV,
     KIND_JSON,
     KIND_PARQUET,
     base_name,
-    column,
+    column_expr,
     declared_type,
     landing_kind,
     parquet_footers,
@@ -346,57 +352,46 @@ class AwsDmsDecoder(Decoder):
 # ---------------------------------------------------------------- Kafka / Kinesis JSON lines
 
 
-def _not_object(text: Column, *paths: str) -> Column:
-    """For a record that failed to parse: is one of ``paths`` there but not an object?"""
-    v = F.try_parse_json(text)
-    failed = F.lit(False)
-    for path in paths:
-        kind = F.schema_of_variant(F.variant_get(v, path, "variant"))
-        failed = failed | ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
-    return failed
-
-
 def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog) -> DataFrame:
     parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-    meta = F.col("j.metadata")
-    data = F.col("j.data")
-    record_type = F.lower(F.trim(meta["record-type"]))
-    operation = F.lower(F.trim(meta["operation"]))
-    op = F.lit(None).cast("string")
+    meta = E.col("j.metadata")
+    data = E.col("j.data")
+    record_type = E.lower(E.trim(meta["record-type"]))
+    operation = E.lower(E.trim(meta["operation"]))
+    op = E.null("string")
     for code, name in _JSON_OPS.items():
-        op = F.when(operation == code, F.lit(name)).otherwise(op)
-    table_name = F.nullif(F.trim(meta["table-name"]), F.lit(""))
-    table = F.when(
-        table_name.isNotNull(), F.concat_ws(".", F.nullif(F.trim(meta["schema-name"]), F.lit("")), table_name)
+        op = E.when(operation == code, E.lit(name)).otherwise(op)
+    table_name = E.nullif(E.trim(meta["table-name"]), E.lit(""))
+    table = E.when(
+        table_name.isNotNull(), E.concat_ws(".", E.nullif(E.trim(meta["schema-name"]), E.lit("")), table_name)
     )
-    stamp = F.try_to_timestamp(meta["timestamp"])
-    staged = plan_barrier(
-        parsed.select(
-            "*",
+    stamp = E.try_to_timestamp(meta["timestamp"])
+    staged = parsed.select(
+        "*",
+        *E.columns(
             op.alias("_op"),
             table.alias("_table"),
             stamp.alias("_stamp"),
             # The before image: BI_ columns of `data` (prefix dropped), or a before-image object.
-            F.coalesce(
-                F.col(f"j.`{BEFORE_IMAGE_FIELD}`"),
+            E.coalesce(
+                E.col(f"j.{BEFORE_IMAGE_FIELD}"),
                 let(
-                    F.transform_keys(
-                        F.map_filter(data, lambda k, v: k.startswith(BEFORE_PREFIX)),
-                        lambda k, v: F.substring(k, len(BEFORE_PREFIX) + 1, 1 << 20),
+                    E.transform_keys(
+                        E.map_filter(data, lambda k, v: k.startswith(BEFORE_PREFIX)),
+                        lambda k, v: E.substring(k, len(BEFORE_PREFIX) + 1, 1 << 20),
                     ),
-                    lambda bi: F.when(F.size(bi) > 0, bi),
+                    lambda bi: E.when(E.size(bi) > 0, bi),
                 ),
             ).alias("_before"),
-            F.map_filter(data, lambda k, v: ~k.startswith(BEFORE_PREFIX)).alias("_row"),
-        )
+            E.map_filter(data, lambda k, v: ~k.startswith(BEFORE_PREFIX)).alias("_row"),
+        ),
     )
-    op, row, stamp = F.col("_op"), F.col("_row"), F.col("_stamp")
-    bad = F.col("bad")
+    op, row, stamp = E.col("_op"), E.col("_row"), E.col("_stamp")
+    bad = E.col("bad")
     kind, reason = classify(
-        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
         (
-            (bad == Q_TYPE_MISMATCH)
-            & _not_object(F.col(f"j.{CORRUPT}"), "$.data", f"$['{BEFORE_IMAGE_FIELD}']"),
+            images_not_objects(bad, E.col(f"j.{CORRUPT}"), "$.data", f"$['{BEFORE_IMAGE_FIELD}']"),
             KIND_QUARANTINED,
             Q_IMAGE_NOT_OBJECT,
         ),
@@ -404,55 +399,53 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
         (record_type == "control", KIND_IGNORED, IGNORED_DDL),
         (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
         (op.isNull() | (record_type.isNotNull() & (record_type != "data")), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (F.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (E.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
         (meta["timestamp"].isNotNull() & stamp.isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
         ((op != OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
         ((op == OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
     )
-    reason = F.when(reason == "<bad>", bad).otherwise(reason)
+    reason = E.when(reason == "<bad>", bad).otherwise(reason)
     is_change = kind == KIND_CHANGE
     return staged.select(
         *canonical(
-            table=F.col("_table"),
+            table=E.col("_table"),
             kind=kind,
-            op=F.when(is_change, op),
+            op=E.when(is_change, op),
             reason=reason,
-            event_ms=F.unix_millis(stamp),
-            log_pos=_position(op == OP_READ, F.unix_micros(stamp)),
-            sub_pos=F.lit(0),
+            event_ms=E.unix_millis(stamp),
+            log_pos=_position(op == OP_READ, E.unix_micros(stamp)),
+            sub_pos=E.lit(0),
             tx_id=meta["transaction-id"],
-            before=F.when(is_change & (op == OP_DELETE), row).when(
-                is_change & (op == OP_UPDATE), F.col("_before")
+            before=E.when(is_change & (op == OP_DELETE), row).when(
+                is_change & (op == OP_UPDATE), E.col("_before")
             ),
-            after=F.when(is_change & (op != OP_DELETE), row),
-            partial=F.lit(False),
-            key_cols=_definition_keys(catalog, F.col("_table")),
-            file=F.col("file"),
-            file_pos=F.col("file_pos"),
-            line=F.col("line"),
-            raw=F.col("text"),
+            after=E.when(is_change & (op != OP_DELETE), row),
+            partial=E.lit(False),
+            key_cols=_definition_keys(catalog, E.col("_table")),
+            file=E.col("file"),
+            file_pos=E.col("file_pos"),
+            line=E.col("line"),
+            raw=E.col("text"),
         )
     )
 
 
-def _position(load: Column, time_us: Column, *place: Column) -> Column:
+def _position(load: Expr, time_us: Expr, *place: Expr) -> Expr:
     """``[0]`` for a full load, ``[1, time in µs, place...]`` for a change: loads first, then time.
 
     Null where ``load`` is (a record with no op): the engine's positions are nullable arrays.
     """
-    return F.when(load, F.array(F.lit(PHASE_LOAD).cast("bigint"))).when(
-        ~load, F.array(F.lit(PHASE_CHANGES).cast("bigint"), time_us, *place)
+    return E.when(load, E.array(E.lit(PHASE_LOAD).cast("bigint"))).when(
+        ~load, E.array(E.lit(PHASE_CHANGES).cast("bigint"), time_us, *place)
     )
 
 
-def _definition_keys(catalog: Catalog, table: Column) -> Column:
+def _definition_keys(catalog: Catalog, table: Expr) -> Expr:
     """Key columns the table definitions give (null where ``--key`` decides or none is defined)."""
     keyed = {name: keys for name in catalog.definitions if (keys := catalog.keys(name))}
     if not keyed:
-        return F.lit(None).cast("array<string>")
-    lookup = F.create_map(
-        *[c for name, keys in keyed.items() for c in (F.lit(name), F.array(*map(F.lit, keys)))]
-    )
+        return E.null("array<string>")
+    lookup = E.map(*[c for name, keys in keyed.items() for c in (E.lit(name), E.array(*map(E.lit, keys)))])
     return lookup[table]
 
 
@@ -485,19 +478,20 @@ def _csv_schema(width: int) -> str:
     return ", ".join([f"c{i} string" for i in range(width)] + [f"{CORRUPT} string"])
 
 
-def _csv_fields(text: Column, width: int) -> Column:
+def _csv_fields(text: Expr, width: int) -> Expr:
     """The ``width`` fields of a CSV line as an array, or null when it has another number of fields."""
-    parsed = F.from_csv(text, _csv_schema(width), _CSV_OPTIONS)
+    options = E.map(*[E.lit(part) for item in _CSV_OPTIONS.items() for part in item])
+    parsed = E.call("from_csv", text, E.lit(_csv_schema(width)), options)
     return let(
         parsed,
-        lambda p: F.when(p.isNotNull() & p[CORRUPT].isNull(), F.array(*[p[f"c{i}"] for i in range(width)])),
+        lambda p: E.when(p.isNotNull() & p[CORRUPT].isNull(), E.array(*[p[f"c{i}"] for i in range(width)])),
     )
 
 
-def _by_width(widths: list[int], count: Column, build) -> Column:
-    out = F.lit(None).cast("array<string>")
+def _by_width(widths: list[int], count: Expr, build) -> Expr:
+    out = E.null("array<string>")
     for width in widths:
-        out = F.when(count == width, build(width)).otherwise(out)
+        out = E.when(count == width, build(width)).otherwise(out)
     return out
 
 
@@ -507,65 +501,63 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog) ->
     quarantines the line."""
     per_file = _file_table(spark, files, catalog, with_names=True)
     widths = sorted({len(names) for names in (catalog.names(table_of(f.path)) for f in files) if names})
-    text = F.col("text")
-    records = read_records(spark, files).where((F.trim(text) != "") | F.col("damaged"))
-    count = F.size("names")
-    staged = plan_barrier(
-        records.join(per_file, "file", "left").select(
-            "*", _by_width(widths, count, lambda w: _csv_fields(text, w + 1)).alias("_with_op")
-        )
+    text = E.col("text")
+    records = read_records(spark, files).where(((E.trim(text) != "") | E.col("damaged")).column())
+    count = E.size("names")
+    staged = records.join(per_file, "file", "left").select(
+        "*", _by_width(widths, count, lambda w: _csv_fields(text, w + 1)).alias("_with_op").column()
     )
-    with_op = F.col("_with_op")
-    staged = plan_barrier(
-        staged.select(
-            "*",
-            # Only a full load may come without Op (IncludeOpForFullLoad off); change files carry it.
-            F.when(
-                with_op.isNull() & F.col("load"), _by_width(widths, count, lambda w: _csv_fields(text, w))
-            ).alias("_without_op"),
-        )
+    with_op = E.col("_with_op")
+    staged = staged.select(
+        "*",
+        # Only a full load may come without Op (IncludeOpForFullLoad off); change files carry it.
+        E.when(with_op.isNull() & E.col("load"), _by_width(widths, count, lambda w: _csv_fields(text, w)))
+        .alias("_without_op")
+        .column(),
     )
-    without_op = F.col("_without_op")
+    without_op = E.col("_without_op")
     fits = with_op.isNotNull() | without_op.isNotNull()
-    bad = F.coalesce(
-        unparsable_reason(text, F.col("damaged"), F.col("not_utf8")),
-        F.when(F.col("table").isNull(), F.lit(Q_MISSING_TABLE))
-        .when(F.col("names").isNull(), F.lit(Q_NO_COLUMNS))
-        .when(~fits & F.col("unterminated"), F.lit(Q_TRUNCATED))
-        .when(~fits, F.lit(Q_CSV_WIDTH)),
+    bad = E.coalesce(
+        unparsable_reason(text, E.col("damaged"), E.col("not_utf8")),
+        E.when(E.col("table").isNull(), E.lit(Q_MISSING_TABLE))
+        .when(E.col("names").isNull(), E.lit(Q_NO_COLUMNS))
+        .when(~fits & E.col("unterminated"), E.lit(Q_TRUNCATED))
+        .when(~fits, E.lit(Q_CSV_WIDTH)),
     )
-    values = F.coalesce(F.slice(with_op, F.lit(2), count), without_op)
+    values = E.coalesce(E.slice(with_op, 2, count), without_op)
     rows = staged.select(
         "file",
         "file_pos",
         "line",
-        text.alias("raw"),
-        bad.alias("bad"),
+        *E.columns(text.alias("raw"), bad.alias("bad")),
         "table",
         "types",
         "key_cols",
         "load",
         "file_ms",
-        with_op.isNotNull().alias("has_op"),
-        F.when(with_op.isNotNull(), with_op[0]).alias("op_text"),
-        F.when(bad.isNull(), F.map_from_arrays(F.col("names"), values)).alias("_text_map"),
+        *E.columns(
+            with_op.isNotNull().alias("has_op"),
+            E.when(with_op.isNotNull(), with_op[0]).alias("op_text"),
+            E.when(bad.isNull(), E.map_from_arrays("names", values)).alias("_text_map"),
+        ),
     )
-    rows = plan_barrier(rows)
-    text_map = F.col("_text_map")
+    text_map = E.col("_text_map")
     ts_name = catalog.options.timestamp_column
     if ts_name:
         ts_text = text_map[ts_name]
-        text_map = F.map_filter(text_map, lambda k, v: k != F.lit(ts_name))
+        text_map = E.map_filter(text_map, lambda k, v: k != ts_name)
     else:
-        ts_text = F.lit(None).cast("string")
-    typed = text_image(text_map, F.col("types"))
-    stamp = F.try_to_timestamp(ts_text)
+        ts_text = E.null("string")
+    typed = text_image(text_map, E.col("types"))
+    stamp = E.try_to_timestamp(ts_text)
     return rows.select(
         *[c for c in rows.columns if c != "_text_map"],
-        F.unix_micros(stamp).alias("ts_us"),
-        F.coalesce((F.trim(ts_text) != "") & stamp.isNull(), F.lit(False)).alias("ts_bad"),
-        typed.alias("image"),
-        F.coalesce(failed_conversions(text_map, typed), F.lit(False)).alias("convert_failed"),
+        *E.columns(
+            E.unix_micros(stamp).alias("ts_us"),
+            E.coalesce((E.trim(ts_text) != "") & stamp.isNull(), E.lit(False)).alias("ts_bad"),
+            typed.alias("image"),
+            E.coalesce(failed_conversions(text_map, typed), E.lit(False)).alias("convert_failed"),
+        ),
     )
 
 
@@ -580,21 +572,25 @@ def _parquet_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog
         parts.append(
             _file_table(spark, broken, catalog, with_names=False).select(
                 "file",
-                F.lit(0).cast("long").alias("file_pos"),
-                F.lit(None).cast("long").alias("line"),
-                F.lit(None).cast("string").alias("raw"),
-                F.lit(Q_BAD_PARQUET).alias("bad"),
+                *E.columns(
+                    E.lit(0).cast("bigint").alias("file_pos"),
+                    E.null("bigint").alias("line"),
+                    E.null("string").alias("raw"),
+                    E.lit(Q_BAD_PARQUET).alias("bad"),
+                ),
                 "table",
                 "types",
                 "key_cols",
                 "load",
                 "file_ms",
-                F.lit(False).alias("has_op"),
-                F.lit(None).cast("string").alias("op_text"),
-                F.lit(None).cast("long").alias("ts_us"),
-                F.lit(False).alias("ts_bad"),
-                F.lit(None).cast(IMAGE_TYPE).alias("image"),
-                F.lit(False).alias("convert_failed"),
+                *E.columns(
+                    E.lit(False).alias("has_op"),
+                    E.null("string").alias("op_text"),
+                    E.null("bigint").alias("ts_us"),
+                    E.lit(False).alias("ts_bad"),
+                    E.null(IMAGE_TYPE).alias("image"),
+                    E.lit(False).alias("convert_failed"),
+                ),
             )
         )
     if readable:
@@ -608,78 +604,80 @@ def _parquet_group(df: DataFrame, per_file: DataFrame, ts_name: str | None) -> D
     fields = {f.name: f.dataType for f in df.schema.fields}
     ts_name = ts_name if ts_name in fields else None
     business = [name for name in fields if name not in (OP_COLUMN, ts_name)]
-    image = F.create_map(*[c for name in business for c in (F.lit(name), column(name).cast("variant"))])
+    image = E.map(*[c for name in business for c in (E.lit(name), column_expr(name).cast("variant"))])
     declared = [(name, declared_type(fields[name])) for name in business]
-    types = F.create_map(*[c for name, t in declared if t for c in (F.lit(name), F.lit(t))])
+    types = E.map(*[c for name, t in declared if t for c in (E.lit(name), E.lit(t))])
     if ts_name is None:
-        ts_us, ts_bad = F.lit(None).cast("long"), F.lit(False)
+        ts_us, ts_bad = E.null("bigint"), E.lit(False)
     elif isinstance(fields[ts_name], TimestampType):
-        ts_us, ts_bad = F.unix_micros(column(ts_name)), F.lit(False)
+        ts_us, ts_bad = E.unix_micros(column_expr(ts_name)), E.lit(False)
     else:
-        text = column(ts_name).cast("string")
-        stamp = F.try_to_timestamp(text)
-        ts_us, ts_bad = F.unix_micros(stamp), (F.trim(text) != "") & stamp.isNull()
+        text = column_expr(ts_name).cast("string")
+        stamp = E.try_to_timestamp(text)
+        ts_us, ts_bad = E.unix_micros(stamp), (E.trim(text) != "") & stamp.isNull()
     has_op = OP_COLUMN in fields
     rows = df.select(
-        F.col("_metadata.file_path").alias("file"),
-        F.col("_metadata.row_index").alias("file_pos"),
-        F.lit(None).cast("long").alias("line"),
-        F.to_json(F.struct(*[column(name) for name in fields])).alias("raw"),
-        F.lit(None).cast("string").alias("bad"),
-        types.cast(MapType(StringType(), StringType())).alias("types"),
-        F.lit(has_op).alias("has_op"),
-        (column(OP_COLUMN).cast("string") if has_op else F.lit(None).cast("string")).alias("op_text"),
-        ts_us.alias("ts_us"),
-        F.coalesce(ts_bad, F.lit(False)).alias("ts_bad"),
-        image.cast(IMAGE_TYPE).alias("image"),
-        F.lit(False).alias("convert_failed"),
+        *E.columns(
+            E.col("_metadata.file_path").alias("file"),
+            E.col("_metadata.row_index").alias("file_pos"),
+            E.null("bigint").alias("line"),
+            E.to_json(E.struct(*[column_expr(name) for name in fields])).alias("raw"),
+            E.null("string").alias("bad"),
+            types.cast(MapType(StringType(), StringType())).alias("types"),
+            E.lit(has_op).alias("has_op"),
+            (column_expr(OP_COLUMN).cast("string") if has_op else E.null("string")).alias("op_text"),
+            ts_us.alias("ts_us"),
+            E.coalesce(ts_bad, E.lit(False)).alias("ts_bad"),
+            image.cast(IMAGE_TYPE).alias("image"),
+            E.lit(False).alias("convert_failed"),
+        )
     )
     joined = rows.join(per_file, "file", "left")
     # A file of a table folder whose other files carry Op, itself without it (merged schema): no Op.
     return joined.withColumns(
         {
-            "bad": F.when(F.col("table").isNull(), F.lit(Q_MISSING_TABLE)),
-            "has_op": F.col("has_op") & F.col("op_text").isNotNull(),
+            "bad": E.when(E.col("table").isNull(), E.lit(Q_MISSING_TABLE)).column(),
+            "has_op": (E.col("has_op") & E.col("op_text").isNotNull()).column(),
         }
     )
 
 
 def _tabular_events(rows: DataFrame) -> DataFrame:
     """S3 rows (CSV or Parquet) to canonical events: ``Op`` (or its absence) and the row's time."""
-    code = F.upper(F.trim(F.col("op_text")))
-    load, has_op = F.col("load"), F.col("has_op")
-    inserted = F.when(load, F.lit(OP_READ)).otherwise(F.lit(OP_INSERT))
-    op = F.when(~has_op, inserted).when(code == "I", inserted)
+    code = E.upper(E.trim(E.col("op_text")))
+    load, has_op = E.col("load"), E.col("has_op")
+    inserted = E.when(load, E.lit(OP_READ)).otherwise(E.lit(OP_INSERT))
+    op = E.when(~has_op, inserted).when(code == "I", inserted)
     for letter in ("U", "D"):
-        op = op.when(code == letter, F.lit(_OPS[letter]))
-    bad = F.col("bad")
+        op = op.when(code == letter, E.lit(_OPS[letter]))
+    bad = E.col("bad")
     kind, reason = classify(
         (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
-        (has_op & F.coalesce(code == "", F.lit(True)), KIND_QUARANTINED, Q_MISSING_OP),
+        (has_op & E.coalesce(code == "", E.lit(True)), KIND_QUARANTINED, Q_MISSING_OP),
         (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (F.col("ts_bad") | F.col("convert_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (E.col("ts_bad") | E.col("convert_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
     )
-    reason = F.when(reason == "<bad>", bad).otherwise(reason)
+    reason = E.when(reason == "<bad>", bad).otherwise(reason)
     is_change = kind == KIND_CHANGE
-    file_ms = F.col("file_ms")
-    time_us = F.coalesce(F.col("ts_us"), file_ms * F.lit(1000))
+    file_ms = E.col("file_ms")
+    time_us = E.coalesce(E.col("ts_us"), file_ms * 1000)
     return rows.select(
         *canonical(
-            table=F.col("table"),
+            table=E.col("table"),
             kind=kind,
-            op=F.when(is_change, op),
+            op=E.when(is_change, op),
             reason=reason,
-            event_ms=F.coalesce(F.floor(F.col("ts_us") / 1000), file_ms),
-            log_pos=_position(load, time_us, F.coalesce(file_ms, F.lit(0)), F.col("file_pos")),
-            sub_pos=F.lit(0),
-            before=F.when(is_change & (op == OP_DELETE), F.col("image")),
-            after=F.when(is_change & (op != OP_DELETE), F.col("image")),
-            partial=F.lit(False),
-            key_cols=F.col("key_cols"),
-            types=F.when(is_change, F.col("types")),
-            file=F.col("file"),
-            file_pos=F.col("file_pos"),
-            line=F.col("line"),
-            raw=F.col("raw"),
+            event_ms=E.coalesce(E.floor(E.col("ts_us") / 1000), file_ms),
+            log_pos=_position(load, time_us, E.coalesce(file_ms, E.lit(0)), E.col("file_pos")),
+            sub_pos=E.lit(0),
+            before=E.when(is_change & (op == OP_DELETE), E.col("image")),
+            after=E.when(is_change & (op != OP_DELETE), E.col("image")),
+            partial=E.lit(False),
+            key_cols=E.col("key_cols"),
+            types=E.when(is_change, E.col("types")),
+            file=E.col("file"),
+            file_pos=E.col("file_pos"),
+            line=E.col("line"),
+            raw=E.col("raw"),
         )
     )

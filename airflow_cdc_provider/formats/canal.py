@@ -8,14 +8,14 @@ typed JSON values and no ``mysqlType``): ``1.0`` stays the double 1.0, never the
 leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
 an ``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.ddl``).
 
-The plan is built in stages (parse, declare types, type the rows once, classify, explode) with plan
-barriers between them, so that the large per-value conversion appears once in the plan instead of
-being copied into every later use (this halved planning time).
+The plan is built in stages (parse, declare types, type the rows once, classify, explode), each a
+select that the next reads by column name, so that the large per-value conversion appears once in
+the plan instead of being copied into every later use.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
 from airflow_cdc_provider.formats.events import (
@@ -51,10 +52,11 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
-    plan_barrier,
+    empty_image,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
 ROW_TYPE = MapType(StringType(), VariantType())
@@ -149,87 +151,94 @@ _JDBC = {
     "2014": "timestamp",
     **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
 }
-# ALTER TABLE ... ADD [COLUMN] name type: names that start a constraint or an index are not columns.
 _EMPTY_TEXT_MAP = "map<string,string>"
 
 
-def _lookup(table: dict[str, str], key: Column) -> Column:
+def _empty_text_map() -> Expr:
+    return E.map().cast(_EMPTY_TEXT_MAP)
+
+
+def _lookup(table: dict[str, str], key: Expr) -> Expr:
     """``table[key]`` as one map literal (null for unknown keys), not a chain of ``when``."""
-    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
-    return F.try_element_at(literal, key)
+    literal = E.map_from_arrays(
+        E.array(*[E.lit(k) for k in table]), E.array(*[E.lit(v) for v in table.values()])
+    )
+    return E.try_element_at(literal, key)
 
 
-def mysql_spark_type(mysql_type: Column) -> Column:
+def mysql_spark_type(mysql_type: Expr) -> Expr:
     """A MySQL column type as Canal writes it (``bigint(20) unsigned``, ``NUMERIC(8,3)``) -> Spark type.
 
     Null for names it does not know, so the caller can fall back to ``sqlType``.
     """
-    low = F.lower(F.trim(mysql_type))
-    base = F.regexp_extract(low, r"^([a-z]+(?: precision| varying)?)", 1)
-    first = F.regexp_extract(low, r"\(\s*(\d+)", 1).try_cast("int")
-    second = F.regexp_extract(low, r"\(\s*\d+\s*,\s*(\d+)", 1).try_cast("int")
-    precision = F.least(F.coalesce(first, F.lit(10)), F.lit(38))
-    scale = F.least(F.coalesce(second, F.lit(0)), precision)
-    integral = F.when(low.contains("unsigned"), _lookup(_MYSQL_UNSIGNED, base)).otherwise(
+    low = E.lower(E.trim(mysql_type))
+    base = E.regexp_extract(low, r"^([a-z]+(?: precision| varying)?)", 1)
+    first = E.regexp_extract(low, r"\(\s*(\d+)", 1).try_cast("int")
+    second = E.regexp_extract(low, r"\(\s*\d+\s*,\s*(\d+)", 1).try_cast("int")
+    precision = E.least(E.coalesce(first, E.lit(10)), E.lit(38))
+    scale = E.least(E.coalesce(second, E.lit(0)), precision)
+    integral = E.when(low.contains("unsigned"), _lookup(_MYSQL_UNSIGNED, base)).otherwise(
         _lookup(_MYSQL_SIGNED, base)
     )
     return (
-        F.when(base.isin(*_DECIMAL_NAMES), F.format_string("decimal(%d,%d)", precision, scale))
+        E.when(base.isin(*_DECIMAL_NAMES), E.format_string("decimal(%d,%d)", precision, scale))
         # FLOAT(p) with p > 24 is a double in MySQL; FLOAT(M,D) stays single precision.
-        .when((base == "float") & (first > 24) & second.isNull(), F.lit("double"))
-        .when(base == "float", F.lit("float"))
-        .when((base == "bit") & (F.coalesce(first, F.lit(1)) == 1), F.lit("boolean"))
-        .when(base == "bit", F.lit("bigint"))
-        .otherwise(F.coalesce(integral, _lookup(_MYSQL_PLAIN, base)))
+        .when((base == "float") & (first > 24) & second.isNull(), E.lit("double"))
+        .when(base == "float", E.lit("float"))
+        .when((base == "bit") & (E.coalesce(first, E.lit(1)) == 1), E.lit("boolean"))
+        .when(base == "bit", E.lit("bigint"))
+        .otherwise(E.coalesce(integral, _lookup(_MYSQL_PLAIN, base)))
     )
 
 
-def jdbc_spark_type(code: Column) -> Column:
+def jdbc_spark_type(code: Expr) -> Expr:
     """A java.sql.Types code (Canal's ``sqlType``) -> Spark type; other codes are text."""
-    return F.when(code.isNotNull(), F.coalesce(_lookup(_JDBC, F.trim(code)), F.lit("string")))
+    return E.when(code.isNotNull(), E.coalesce(_lookup(_JDBC, E.trim(code)), E.lit("string")))
 
 
-def declared_types(mysql_types: Column, sql_types: Column) -> Column:
+def declared_types(mysql_types: Expr, sql_types: Expr) -> Expr:
     """``map<column, spark type>`` for every column the message declares (null when none)."""
-    empty = F.create_map().cast(_EMPTY_TEXT_MAP)
-    from_mysql = F.transform_values(
-        F.coalesce(mysql_types, empty),
-        lambda k, t: F.coalesce(
-            mysql_spark_type(t), jdbc_spark_type(F.try_element_at(sql_types, k)), F.lit("string")
+    mysql_or_empty = E.coalesce(mysql_types, _empty_text_map())
+    from_mysql = E.transform_values(
+        mysql_or_empty,
+        lambda k, t: E.coalesce(
+            mysql_spark_type(t), jdbc_spark_type(E.try_element_at(sql_types, k)), E.lit("string")
         ),
     )
-    only_jdbc = F.transform_values(
-        F.map_filter(F.coalesce(sql_types, empty), lambda k, c: ~F.map_contains_key(from_mysql, k)),
+    only_jdbc = E.transform_values(
+        E.map_filter(
+            E.coalesce(sql_types, _empty_text_map()), lambda k, c: ~E.map_contains_key(mysql_or_empty, k)
+        ),
         lambda k, c: jdbc_spark_type(c),
     )
-    return F.when(mysql_types.isNotNull() | sql_types.isNotNull(), F.map_concat(from_mysql, only_jdbc))
+    return E.when(mysql_types.isNotNull() | sql_types.isNotNull(), E.map_concat(from_mysql, only_jdbc))
 
 
-def _latin1_bytes(text: Column) -> Column:
+def _latin1_bytes(text: Expr) -> Expr:
     """Canal writes binary columns as ISO-8859-1 text (one char per byte); other text is taken as UTF-8."""
     latin1 = text.rlike(r"\A[\x{00}-\x{FF}]*\z")
-    return F.when(latin1, F.encode(text, "ISO-8859-1")).otherwise(F.try_to_binary(text, F.lit("utf-8")))
+    return E.when(latin1, E.encode(text, E.lit("ISO-8859-1"))).otherwise(E.try_to_binary(text, "utf-8"))
 
 
-def _untyped(json_value: Column, text: Column) -> Column:
+def _untyped(json_value: Expr, text: Expr) -> Expr:
     """A value no type declares keeps its JSON type: a number stays a number, a boolean a boolean.
 
     Spark's JSON parser holds a number with a fraction as an exact decimal without trailing zeros
     (``1.0`` as ``1``); as a double it keeps the JSON meaning (and renders as ``1.0``, not ``1``).
     Strings keep their exact text; objects and arrays are kept as their JSON text, as before.
     """
-    kind = F.schema_of_variant(json_value)
+    kind = E.schema_of_variant(json_value)
     integral = kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT") | (kind == "BOOLEAN")
     fractional = kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
     return (
-        F.when(text.isNull(), F.lit(None).cast("variant"))
+        E.when(text.isNull(), E.null("variant"))
         .when(integral, json_value)
-        .when(fractional, F.try_variant_get(json_value, "$", "double").cast("variant"))
+        .when(fractional, E.try_variant_get(json_value, "$", "double").cast("variant"))
         .otherwise(text.cast("variant"))
     )
 
 
-def typed_image(image: Column, types: Column, json_image: Column | None = None) -> Column:
+def typed_image(image: Expr, types: Expr, json_image: Expr | None = None) -> Expr:
     """``map<string,string>`` row -> ``map<string,variant>`` of typed values.
 
     ``json_image`` (the same row as parsed JSON values) gives the values of columns whose type is
@@ -237,40 +246,40 @@ def typed_image(image: Column, types: Column, json_image: Column | None = None) 
     write typed JSON values and no ``mysqlType``.
     """
 
-    def value(k: Column, v: Column) -> Column:
-        t = F.try_element_at(types, k)
-        declared = F.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
+    def value(k: Expr, v: Expr) -> Expr:
+        t = E.try_element_at(types, k)
+        declared = E.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
         if json_image is None:
             return declared
-        return F.when(t.isNull(), _untyped(F.try_element_at(json_image, k), v)).otherwise(declared)
+        return E.when(t.isNull(), _untyped(E.try_element_at(json_image, k), v)).otherwise(declared)
 
-    return F.transform_values(image, value)
+    return E.transform_values(image, value)
 
 
-def _overlay(base: Column, top: Column) -> Column:
+def _overlay(base: Expr, top: Expr) -> Expr:
     """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates)."""
-    return F.map_concat(F.map_filter(base, lambda k, v: ~F.map_contains_key(top, k)), top)
+    return E.map_concat(E.map_filter(base, lambda k, v: ~E.map_contains_key(top, k)), top)
 
 
-def _row_texts(rows: Column, null_rows_as_empty: bool) -> Column:
+def _row_texts(rows: Expr, null_rows_as_empty: bool) -> Expr:
     """``array<map<string,variant>>`` rows -> ``array<map<string,string>>`` of their values as text.
 
     A JSON null entry stays a null row (not an object), or becomes an empty row when
     ``null_rows_as_empty``: ``old`` has no values for that row.
     """
 
-    def row(m: Column) -> Column:
-        texts = F.transform_values(m, lambda k, v: F.try_variant_get(v, "$", "string"))
+    def row(m: Expr) -> Expr:
+        texts = E.transform_values(m, lambda k, v: E.try_variant_get(v, "$", "string"))
         if null_rows_as_empty:
-            return F.when(m.isNull(), F.create_map().cast(_EMPTY_TEXT_MAP)).otherwise(texts)
+            return E.when(m.isNull(), _empty_text_map()).otherwise(texts)
         return texts
 
-    return F.transform(rows, row)
+    return E.transform(rows, row)
 
 
-def _not_rows(texts: Column) -> Column:
+def _not_rows(texts: Expr) -> Expr:
     """Some entry of a row array is not an object (a JSON null row)."""
-    return F.coalesce(F.exists(texts, lambda m: m.isNull()), F.lit(False))
+    return E.coalesce(E.exists(texts, lambda m: m.isNull()), E.lit(False))
 
 
 class CanalJsonDecoder(Decoder):
@@ -283,17 +292,15 @@ class CanalJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        records = plan_barrier(self._records(parsed))
-        typed = plan_barrier(self._typed(records))
-        return self._events(self._classified(typed))
+        return self._events(self._classified(self._typed(self._records(parsed))))
 
     @staticmethod
     def _records(parsed: DataFrame) -> DataFrame:
         """Per message: op, where its rows are, its declared type names, its position."""
-        j = F.col("j")
-        kind_type = F.upper(F.trim(j["type"]))
-        is_ddl = F.coalesce(F.lower(F.trim(j["isDdl"])) == "true", F.lit(False))
-        op = F.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
+        j = E.col("j")
+        kind_type = E.upper(E.trim(j["type"]))
+        is_ddl = E.coalesce(E.lower(E.trim(j["isDdl"])) == "true", E.lit(False))
+        op = E.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
         old_layout = (op == OP_DELETE) & j["data"].isNull() & j["old"].isNotNull()
         is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)
@@ -304,20 +311,22 @@ class CanalJsonDecoder(Decoder):
             "text",
             "tombstone",
             "bad",
-            kind_type.alias("kind_type"),
-            is_ddl_event.alias("is_ddl"),
-            op.alias("op"),
-            F.when(j["table"].isNotNull(), F.concat_ws(".", j["database"], j["table"])).alias("table"),
-            F.when(F.size(j["pkNames"]) > 0, j["pkNames"]).alias("key_cols"),
-            j["es"].alias("es_text"),
-            j["es"].try_cast("bigint").alias("es"),
-            j["id"].try_cast("bigint").alias("message_id"),
-            F.when(old_layout, j["old"]).otherwise(j["data"]).alias("rows_source"),
-            F.when((op == OP_UPDATE) & ~old_layout, j["old"]).alias("old_source"),
-            # A DDL's own "declared types" are the columns it adds.
-            F.when(is_ddl_event, added_columns(j["sql"])).otherwise(j["mysqlType"]).alias("mysql_types"),
-            F.when(~is_ddl_event, j["sqlType"]).alias("sql_types"),
-            F.when(is_ddl_event, dropped_columns(j["sql"])).alias("dropped"),
+            *E.columns(
+                kind_type.alias("kind_type"),
+                is_ddl_event.alias("is_ddl"),
+                op.alias("op"),
+                E.when(j["table"].isNotNull(), E.concat_ws(".", j["database"], j["table"])).alias("table"),
+                E.when(E.size(j["pkNames"]) > 0, j["pkNames"]).alias("key_cols"),
+                j["es"].alias("es_text"),
+                j["es"].try_cast("bigint").alias("es"),
+                j["id"].try_cast("bigint").alias("message_id"),
+                E.when(old_layout, j["old"]).otherwise(j["data"]).alias("rows_source"),
+                E.when((op == OP_UPDATE) & ~old_layout, j["old"]).alias("old_source"),
+                # A DDL's own "declared types" are the columns it adds.
+                E.when(is_ddl_event, added_columns(j["sql"])).otherwise(j["mysqlType"]).alias("mysql_types"),
+                E.when(~is_ddl_event, j["sqlType"]).alias("sql_types"),
+                E.when(is_ddl_event, dropped_columns(j["sql"])).alias("dropped"),
+            ),
         )
 
     @staticmethod
@@ -325,111 +334,109 @@ class CanalJsonDecoder(Decoder):
         """Row texts and their typed images, each conversion written once in the plan."""
         staged = records.select(
             "*",
-            declared_types(F.col("mysql_types"), F.col("sql_types")).alias("types"),
-            _row_texts(F.col("rows_source"), False).alias("row_texts"),
-            _row_texts(F.col("old_source"), True).alias("old_texts"),
+            *E.columns(
+                declared_types(E.col("mysql_types"), E.col("sql_types")).alias("types"),
+                _row_texts(E.col("rows_source"), False).alias("row_texts"),
+                _row_texts(E.col("old_source"), True).alias("old_texts"),
+            ),
         )
-        types = F.col("types")
+        types = E.col("types")
 
-        def typed_rows(texts: str, source: str) -> Column:
+        def typed_rows(texts: str, source: str) -> Expr:
             # zip_with pads the shorter array with nulls: an `old` entry that is JSON null has no values.
-            return F.zip_with(texts, F.col(source), lambda m, j: typed_image(m, types, j))
+            return E.zip_with(texts, source, lambda m, j: typed_image(m, types, j))
 
         staged = staged.select(
             "*",
-            typed_rows("row_texts", "rows_source").alias("row_typed"),
-            typed_rows("old_texts", "old_source").alias("old_typed"),
+            *E.columns(
+                typed_rows("row_texts", "rows_source").alias("row_typed"),
+                typed_rows("old_texts", "old_source").alias("old_typed"),
+            ),
         )
-        failed = lambda texts, typed: F.exists(  # noqa: E731
-            F.zip_with(texts, typed, lambda a, b: F.coalesce(failed_conversions(a, b), F.lit(False))),
-            lambda x: x,
+
+        def failed(texts: str, typed: str) -> Expr:
+            return E.exists(
+                E.zip_with(texts, typed, lambda a, b: E.coalesce(failed_conversions(a, b), E.lit(False))),
+                lambda x: x,
+            )
+
+        conversion_failed = E.coalesce(failed("row_texts", "row_typed"), E.lit(False)) | E.coalesce(
+            failed("old_texts", "old_typed"), E.lit(False)
         )
-        return staged.select(
-            "*",
-            (
-                F.coalesce(failed("row_texts", "row_typed"), F.lit(False))
-                | F.coalesce(failed("old_texts", "old_typed"), F.lit(False))
-            ).alias("conversion_failed"),
-        )
+        return staged.select("*", conversion_failed.alias("conversion_failed").column())
 
     @staticmethod
     def _classified(typed: DataFrame) -> DataFrame:
-        kind_type, op, table = F.col("kind_type"), F.col("op"), F.col("table")
+        kind_type, op, table = E.col("kind_type"), E.col("op"), E.col("table")
         truncate = kind_type == _TRUNCATE
+        rows = E.coalesce(E.size("row_texts"), E.lit(0))
         kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                images_not_objects(F.col("bad"), F.col("text"), "$.data", "$.old", arrays=True),
+                images_not_objects(E.col("bad"), E.col("text"), "$.data", "$.old", arrays=True),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
             (truncate & table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (truncate, KIND_CHANGE, ""),
-            (F.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
+            (E.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
             (kind_type.isin(*_HEARTBEAT_TYPES), KIND_IGNORED, IGNORED_HEARTBEAT),
             (kind_type.isin(*_TRANSACTION_TYPES), KIND_IGNORED, IGNORED_TRANSACTION),
             (kind_type.isNull() | (kind_type == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (F.col("es_text").isNotNull() & F.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (E.col("es_text").isNotNull() & E.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (
-                _not_rows(F.col("row_texts")) | _not_rows(F.col("old_texts")),
+                _not_rows(E.col("row_texts")) | _not_rows(E.col("old_texts")),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (
-                (op == OP_DELETE) & (F.coalesce(F.size("row_texts"), F.lit(0)) < 1),
-                KIND_QUARANTINED,
-                Q_KEY_UNKNOWN,
-            ),
-            (F.coalesce(F.size("row_texts"), F.lit(0)) < 1, KIND_QUARANTINED, Q_MISSING_IMAGE),
-            (F.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            ((op == OP_DELETE) & (rows < 1), KIND_QUARANTINED, Q_KEY_UNKNOWN),
+            (rows < 1, KIND_QUARANTINED, Q_MISSING_IMAGE),
+            (E.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
         )
-        reason = F.when(reason == "<bad>", F.col("bad")).when(reason == "", F.lit(None)).otherwise(reason)
-        op = F.when(kind == KIND_CHANGE, F.when(truncate, F.lit(OP_TRUNCATE)).otherwise(op))
-        return typed.select("*", kind.alias("kind"), reason.alias("reason"), op.alias("event_op")).drop("op")
+        reason = E.when(reason == "<bad>", E.col("bad")).when(reason == "", E.lit(None)).otherwise(reason)
+        op = E.when(kind == KIND_CHANGE, E.when(truncate, E.lit(OP_TRUNCATE)).otherwise(op))
+        return typed.select(
+            "*", *E.columns(kind.alias("kind"), reason.alias("reason"), op.alias("event_op"))
+        ).drop("op")
 
     @staticmethod
     def _events(classified: DataFrame) -> DataFrame:
         """One event per row of a decoded row change (``sub_pos`` = row index), one for anything else."""
-        op = F.col("event_op")
-        old_typed = F.col("old_typed")
-        empty = F.create_map().cast(IMAGE_TYPE)
+        op = E.col("event_op")
+        old_typed = E.col("old_typed")
 
-        def images(row: Column, i: Column) -> Column:
-            old = F.coalesce(F.try_element_at(old_typed, i + 1), empty)
-            before = F.when(op == OP_DELETE, row).when(op == OP_UPDATE, _overlay(row, old))
-            return F.struct(before.alias("before"), F.when(op != OP_DELETE, row).alias("after"))
+        def images(row: Expr, i: Expr) -> Expr:
+            old = E.coalesce(E.try_element_at(old_typed, i + 1), empty_image())
+            before = E.when(op == OP_DELETE, row).when(op == OP_UPDATE, _overlay(row, old))
+            return E.struct(before.alias("before"), E.when(op != OP_DELETE, row).alias("after"))
 
-        row_change = (F.col("kind") == KIND_CHANGE) & (op != OP_TRUNCATE)
-        no_row = F.array(
-            F.struct(
-                F.lit(None).cast(IMAGE_TYPE).alias("before"), F.lit(None).cast(IMAGE_TYPE).alias("after")
-            )
-        )
-        per_row = F.when(row_change, F.transform("row_typed", images)).otherwise(no_row)
-        exploded = classified.select("*", F.posexplode(per_row).alias("sub_pos", "image"))
-        ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
+        row_change = (E.col("kind") == KIND_CHANGE) & (op != OP_TRUNCATE)
+        no_row = E.array(E.struct(E.null(IMAGE_TYPE).alias("before"), E.null(IMAGE_TYPE).alias("after")))
+        per_row = E.when(row_change, E.transform("row_typed", images)).otherwise(no_row)
+        exploded = classified.select("*", F.posexplode(per_row.column()).alias("sub_pos", "image"))
+        ddl = (E.col("kind") == KIND_IGNORED) & (E.col("reason") == IGNORED_DDL)
         return exploded.select(
             *canonical(
-                table=F.col("table"),
-                kind=F.col("kind"),
+                table=E.col("table"),
+                kind=E.col("kind"),
                 op=op,
-                reason=F.col("reason"),
-                event_ms=F.col("es"),
-                log_pos=F.when(
-                    F.col("es").isNotNull(), F.array_compact(F.array(F.col("es"), F.col("message_id")))
+                reason=E.col("reason"),
+                event_ms=E.col("es"),
+                log_pos=E.when(
+                    E.col("es").isNotNull(), E.array_compact(E.array(E.col("es"), E.col("message_id")))
                 ),
-                sub_pos=F.col("sub_pos"),
-                before=F.when(ddl, F.col("dropped")).otherwise(F.col("image.before")),
-                after=F.col("image.after"),
-                partial=F.lit(False),
-                key_cols=F.col("key_cols"),
-                types=F.when(ddl | (F.col("kind") == KIND_CHANGE), F.col("types")),
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+                sub_pos=E.col("sub_pos"),
+                before=E.when(ddl, E.col("dropped")).otherwise(E.col("image.before")),
+                after=E.col("image.after"),
+                partial=E.lit(False),
+                key_cols=E.col("key_cols"),
+                types=E.when(ddl | (E.col("kind") == KIND_CHANGE), E.col("types")),
+                file=E.col("file"),
+                file_pos=E.col("file_pos"),
+                line=E.col("line"),
+                raw=E.col("text"),
             )
         )

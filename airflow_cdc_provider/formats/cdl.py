@@ -21,8 +21,7 @@ Choices:
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     StringType,
@@ -31,6 +30,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     IGNORED_HEARTBEAT,
@@ -59,6 +59,7 @@ from airflow_cdc_provider.formats.kafka_connect import (
     image_conversion_failed,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _PROPERTY = StructType([StructField("name", StringType()), StructField("value", StringType())])
 # Scalars are read as text and converted with try_cast; images as variants, checked for being objects.
@@ -86,36 +87,36 @@ RECORD_SCHEMA = StructType(
 _OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 
 
-def _payload() -> Column:
+def _payload() -> Expr:
     names = [f.name for f in _PAYLOAD_FIELDS]
-    return F.when(F.col("j.payload").isNotNull(), F.col("j.payload")).otherwise(
-        F.struct(*[F.col(f"j.{n}").alias(n) for n in names])
+    return E.when(E.col("j.payload").isNotNull(), E.col("j.payload")).otherwise(
+        E.struct(*[E.col(f"j.{n}").alias(n) for n in names])
     )
 
 
-def _present(v: Column) -> Column:
+def _present(v: Expr) -> Expr:
     """The value unless it is missing or JSON null."""
-    return F.when(v.isNotNull() & ~F.is_variant_null(v), v)
+    return E.when(v.isNotNull() & ~E.is_variant_null(v), v)
 
 
-def _not_object(v: Column) -> Column:
-    return _present(v).isNotNull() & ~F.startswith(F.schema_of_variant(v), F.lit("OBJECT"))
+def _not_object(v: Expr) -> Expr:
+    return _present(v).isNotNull() & ~E.schema_of_variant(v).startswith("OBJECT")
 
 
-def _image(v: Column) -> Column:
-    return F.try_variant_get(_present(v), "$", "map<string,variant>")
+def _image(v: Expr) -> Expr:
+    return E.try_variant_get(_present(v), "$", "map<string,variant>")
 
 
-def _property(properties: Column, name: str) -> Column:
-    found = F.filter(properties, lambda p: F.lower(p["name"]) == name.lower())
-    return F.try_element_at(found, F.lit(1))["value"]
+def _property(properties: Expr, name: str) -> Expr:
+    found = E.filter(properties, lambda p: E.lower(p["name"]) == name.lower())
+    return E.try_element_at(found, 1)["value"]
 
 
-def log_position(properties: Column) -> Column:
+def log_position(properties: Expr) -> Expr:
     """``[lsn, txId]`` from the transaction properties (``scn`` stands in for ``lsn``); null if none."""
-    lsn = F.coalesce(_property(properties, "lsn"), _property(properties, "scn")).try_cast("bigint")
+    lsn = E.coalesce(_property(properties, "lsn"), _property(properties, "scn")).try_cast("bigint")
     tx = _property(properties, "txId").try_cast("bigint")
-    return F.when(lsn.isNotNull(), F.filter(F.array(lsn, tx), lambda x: x.isNotNull()))
+    return E.when(lsn.isNotNull(), E.filter(E.array(lsn, tx), lambda x: x.isNotNull()))
 
 
 class CdlJsonDecoder(Decoder):
@@ -128,52 +129,57 @@ class CdlJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        p = _payload()
-        fields = F.col("j.schema.fields")
-        declared_columns = F.coalesce(
-            F.try_element_at(F.filter(fields, lambda f: f["field"] == "data"), F.lit(1))["fields"],
-            F.try_element_at(F.filter(fields, lambda f: f["field"] == "before"), F.lit(1))["fields"],
+        fields = E.col("j.schema.fields")
+        declared_columns = E.coalesce(
+            E.try_element_at(E.filter(fields, lambda f: f["field"] == "data"), 1)["fields"],
+            E.try_element_at(E.filter(fields, lambda f: f["field"] == "before"), 1)["fields"],
         )
         staged = parsed.select(
             "*",
-            p.alias("p"),
-            column_types(declared_columns).alias("declared"),
+            *E.columns(_payload().alias("p"), column_types(declared_columns).alias("declared")),
         )
-        p, declared = F.col("p"), F.col("declared")
+        p, declared = E.col("p"), E.col("declared")
         data, before, unique = _image(p["data"]), _image(p["before"]), _image(p["unique"])
         staged = staged.select(
             "*",
-            data.alias("_data"),
-            before.alias("_before"),
-            unique.alias("_unique"),
-            convert_image(data, declared).alias("_after_typed"),
-            convert_image(before, declared).alias("_before_typed"),
-            convert_image(unique, declared).alias("_unique_typed"),
+            *E.columns(
+                data.alias("_data"),
+                before.alias("_before"),
+                unique.alias("_unique"),
+                convert_image(data, declared).alias("_after_typed"),
+                convert_image(before, declared).alias("_before_typed"),
+                convert_image(unique, declared).alias("_unique_typed"),
+            ),
         )
         return self._events(staged)
 
     def _events(self, df: DataFrame) -> DataFrame:
-        p, declared = F.col("p"), F.col("declared")
-        data, before, unique = F.col("_data"), F.col("_before"), F.col("_unique")
-        operation = F.upper(F.trim(p["OPERATION"]))
+        p, declared = E.col("p"), E.col("declared")
+        data, before, unique = E.col("_data"), E.col("_before"), E.col("_unique")
+        after_typed, before_typed, unique_typed = (
+            E.col("_after_typed"),
+            E.col("_before_typed"),
+            E.col("_unique_typed"),
+        )
+        operation = E.upper(E.trim(p["OPERATION"]))
         has_operation = operation.isNotNull() & (operation != "")
-        op = F.lit(None).cast("string")
+        op = E.null("string")
         for name, canonical_op in _OPS.items():
-            op = F.when(operation == name, F.lit(canonical_op)).otherwise(op)
-        table = F.when(
-            F.trim(p["TABLE_NAME"]) != "",
-            F.concat_ws(".", F.when(F.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
+            op = E.when(operation == name, E.lit(canonical_op)).otherwise(op)
+        table = E.when(
+            E.trim(p["TABLE_NAME"]) != "",
+            E.concat_ws(".", E.when(E.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
         )
         bad_value = (
-            image_conversion_failed(data, F.col("_after_typed"), declared)
-            | image_conversion_failed(before, F.col("_before_typed"), declared)
-            | image_conversion_failed(unique, F.col("_unique_typed"), declared)
+            image_conversion_failed(data, after_typed, declared)
+            | image_conversion_failed(before, before_typed, declared)
+            | image_conversion_failed(unique, unique_typed, declared)
         )
-        base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
+        base64_codec = E.exists(E.map_values(declared), lambda t: t["codec"] == "base64")
         heartbeat = ~has_operation & data.isNull() & before.isNull() & p["HEARTBEAT_IDENTIFIER"].isNotNull()
         kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (E.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
             (heartbeat, KIND_IGNORED, IGNORED_HEARTBEAT),
             (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
@@ -192,12 +198,12 @@ class CdlJsonDecoder(Decoder):
                 Q_KEY_UNKNOWN,
             ),
         )
-        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        reason = E.when(reason == "<bad>", E.col("bad")).otherwise(reason)
         # A delete names its row in `before`; failing that, in `data` or by its key values in `unique`.
-        before_image = F.when(
-            op == OP_DELETE, F.coalesce(F.col("_before_typed"), F.col("_after_typed"), F.col("_unique_typed"))
-        ).otherwise(F.col("_before_typed"))
-        key_cols = F.when(F.size(F.map_keys(unique)) > 0, F.map_keys(unique))
+        before_image = E.when(op == OP_DELETE, E.coalesce(before_typed, after_typed, unique_typed)).otherwise(
+            before_typed
+        )
+        key_cols = E.when(E.size(E.map_keys(unique)) > 0, E.map_keys(unique))
         properties = p["transaction"]["properties"]
         return df.select(
             *canonical(
@@ -207,16 +213,16 @@ class CdlJsonDecoder(Decoder):
                 reason=reason,
                 event_ms=p["TIMESTAMP"].try_cast("bigint"),
                 log_pos=log_position(properties),
-                sub_pos=F.lit(0),
+                sub_pos=E.lit(0),
                 tx_id=_property(properties, "txId"),
                 before=before_image,
-                after=F.when(op != OP_DELETE, F.col("_after_typed")),
-                partial=F.lit(False),
+                after=E.when(op != OP_DELETE, after_typed),
+                partial=E.lit(False),
                 key_cols=key_cols,
-                types=F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"])),
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+                types=E.when(declared.isNotNull(), E.transform_values(declared, lambda k, t: t["type"])),
+                file=E.col("file"),
+                file_pos=E.col("file_pos"),
+                line=E.col("line"),
+                raw=E.col("text"),
             )
         )

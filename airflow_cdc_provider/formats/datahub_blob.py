@@ -22,8 +22,7 @@ One JSON object per message: ``schema`` (``dataColumn`` names and types, ``prima
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     StringType,
@@ -32,6 +31,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.datahub_tuple import (
     IGNORED_UPDATE_BEFORE,
@@ -63,6 +63,7 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
 
 FULL_LOAD_SEQUENCE_ID = -1
@@ -131,73 +132,78 @@ class DatahubBlobDecoder(Decoder):
         return _events(_fields(parsed))
 
 
-def _image_parts(image: Column, name: str) -> list[Column]:
+def _image_parts(image: Expr, name: str) -> list[Expr]:
     """The raw pieces of one ``payload.before/after`` variant, each extracted once."""
     return [
         image.alias(name),
-        F.try_variant_get(image, "$.dataColumn", "variant").alias(name + "_data"),
-        F.try_variant_get(image, "$.dataColumn", "map<string,string>").alias(name + "_map"),
+        E.try_variant_get(image, "$.dataColumn", "variant").alias(name + "_data"),
+        E.try_variant_get(image, "$.dataColumn", "map<string,string>").alias(name + "_map"),
     ]
 
 
-def _image_state(name: str) -> list[Column]:
+def _image_state(name: str) -> list[Expr]:
     """``<name>_present``, ``<name>_obj`` and ``<name>_text`` (``dataColumn`` as a text map).
 
     Absent means missing, JSON null, ``{}`` or ``{"dataColumn": null}``; ``"x"`` or
     ``{"dataColumn": [1]}`` is present but not an object. Values become their text (numbers as
     written, objects and arrays as JSON) for the typed conversion.
     """
-    image, data, text_map = F.col(name), F.col(name + "_data"), F.col(name + "_map")
-    given = image.isNotNull() & ~F.is_variant_null(image)
-    data_given = data.isNotNull() & ~F.is_variant_null(data)
+    image, data, text_map = E.col(name), E.col(name + "_data"), E.col(name + "_map")
+    given = image.isNotNull() & ~E.is_variant_null(image)
+    data_given = data.isNotNull() & ~E.is_variant_null(data)
     # Only an image without `dataColumn` needs the (whole-value) type check.
-    outer_is_object = F.when(data.isNotNull(), F.lit(True)).otherwise(
-        F.substring(F.schema_of_variant(image), 1, 6) == "OBJECT"
+    outer_is_object = E.when(data.isNotNull(), E.lit(True)).otherwise(
+        E.substring(E.schema_of_variant(image), 1, 6) == "OBJECT"
     )
-    present = F.coalesce(given & (~outer_is_object | data_given), F.lit(False))
-    is_object = F.coalesce(given & data_given & text_map.isNotNull(), F.lit(False))
+    present = E.coalesce(given & (~outer_is_object | data_given), E.lit(False))
+    is_object = E.coalesce(given & data_given & text_map.isNotNull(), E.lit(False))
     return [
         present.alias(name + "_present"),
         is_object.alias(name + "_obj"),
-        F.when(is_object, text_map).alias(name + "_text"),
+        E.when(is_object, text_map).alias(name + "_text"),
     ]
 
 
-def _typed_value(text: Column, blob_type: Column) -> Column:
+def _typed_value(text: Expr, blob_type: Expr) -> Expr:
     """One value to a typed variant; DATE is epoch ms (a timestamp text is accepted too)."""
-    date_ms = F.trim(text).try_cast("bigint")
-    as_date = F.when(date_ms.isNotNull(), F.timestamp_millis(date_ms)).otherwise(F.try_to_timestamp(text))
+    date_ms = E.trim(text).try_cast("bigint")
+    as_date = E.when(date_ms.isNotNull(), E.timestamp_millis(date_ms)).otherwise(E.try_to_timestamp(text))
     spark_type = _spark_type(blob_type)
-    return F.when(text.isNotNull() & (blob_type == "DATE"), as_date.cast("variant")).otherwise(
+    return E.when(text.isNotNull() & (blob_type == "DATE"), as_date.cast("variant")).otherwise(
         text_to_variant(text, spark_type)
     )
 
 
-def _spark_type(blob_type: Column) -> Column:
-    out: Column = F.lit(None).cast("string")
-    for name, spark_type in BLOB_TYPES.items():
-        out = F.when(blob_type == name, F.lit(spark_type)).otherwise(out)
+def _spark_type(blob_type: Expr) -> Expr:
+    types = list(BLOB_TYPES.items())
+    out = E.when(blob_type == types[0][0], E.lit(types[0][1]))
+    for name, spark_type in types[1:]:
+        out = out.when(blob_type == name, E.lit(spark_type))
     return out
 
 
-def _declared_types(columns: Column) -> Column:
+def _declared_types(columns: Expr) -> Expr:
     """``name -> BLOB type`` from ``schema.dataColumn`` (first declaration of a name wins)."""
-    names = F.transform(columns, lambda c: c["name"])
-    first = F.filter(
-        columns, lambda c, i: c["name"].isNotNull() & (F.array_position(names, c["name"]) == i + 1)
+    names = E.transform(columns, lambda c: c["name"])
+    first = E.filter(
+        columns, lambda c, i: c["name"].isNotNull() & (E.array_position(names, c["name"]) == i + 1)
     )
-    return F.map_from_entries(F.transform(first, lambda c: F.struct(c["name"], F.upper(F.trim(c["type"])))))
+    return E.map_from_entries(
+        E.transform(
+            first, lambda c: E.struct(c["name"].alias("name"), E.upper(E.trim(c["type"])).alias("type"))
+        )
+    )
 
 
 def _fields(parsed: DataFrame) -> DataFrame:
     """Stage 1: the message's fields and both images as text maps (each computed once per record)."""
-    j = F.col("j")
+    j = E.col("j")
     payload = j["payload"]
     source = j["schema"]["source"]
-    table_parts = [F.nullif(F.trim(source[n]), F.lit("")) for n in ("dbName", "schemaName", "tableName")]
-    seq_text = F.trim(payload["sequenceId"])
+    table_parts = [E.nullif(E.trim(source[n]), E.lit("")) for n in ("dbName", "schemaName", "tableName")]
+    seq_text = E.trim(payload["sequenceId"])
     timestamps = payload["timestamp"]
-    event_text = F.coalesce(F.trim(timestamps["eventTime"]), F.trim(timestamps["systemTime"]))
+    event_text = E.coalesce(E.trim(timestamps["eventTime"]), E.trim(timestamps["systemTime"]))
     keys = j["schema"]["primaryKey"]
     extracted = parsed.select(
         "file",
@@ -206,16 +212,19 @@ def _fields(parsed: DataFrame) -> DataFrame:
         "text",
         "bad",
         "tombstone",
-        payload["op"].alias("op"),
-        F.when(table_parts[2].isNotNull(), F.concat_ws(".", *table_parts)).alias("table"),
-        seq_text.alias("seq_text"),
-        event_text.alias("event_text"),
-        F.when(F.size(keys) > 0, keys).alias("key_cols"),
-        _declared_types(j["schema"]["dataColumn"]).alias("blob_types"),
-        *_image_parts(payload["before"], "before"),
-        *_image_parts(payload["after"], "after"),
+        *E.columns(
+            payload["op"].alias("op"),
+            E.when(table_parts[2].isNotNull(), E.concat_ws(".", *table_parts)).alias("table"),
+            seq_text.alias("seq_text"),
+            event_text.alias("event_text"),
+            E.when(E.size(keys) > 0, keys).alias("key_cols"),
+            _declared_types(j["schema"]["dataColumn"]).alias("blob_types"),
+            *_image_parts(payload["before"], "before"),
+            *_image_parts(payload["after"], "after"),
+        ),
     )
-    seq, event_ms = F.col("seq_text").try_cast("bigint"), F.col("event_text").try_cast("bigint")
+    seq_text, event_text = E.col("seq_text"), E.col("event_text")
+    seq, event_ms = seq_text.try_cast("bigint"), event_text.try_cast("bigint")
     return extracted.select(
         "file",
         "file_pos",
@@ -227,74 +236,78 @@ def _fields(parsed: DataFrame) -> DataFrame:
         "table",
         "key_cols",
         "blob_types",
-        seq.alias("seq"),
-        (F.col("seq_text").isNotNull() & (F.col("seq_text") != "") & seq.isNull()).alias("seq_bad"),
-        event_ms.alias("event_ms"),
-        (F.col("event_text").isNotNull() & (F.col("event_text") != "") & event_ms.isNull()).alias("time_bad"),
-        *_image_state("before"),
-        *_image_state("after"),
+        *E.columns(
+            seq.alias("seq"),
+            (seq_text.isNotNull() & (seq_text != "") & seq.isNull()).alias("seq_bad"),
+            event_ms.alias("event_ms"),
+            (event_text.isNotNull() & (event_text != "") & event_ms.isNull()).alias("time_bad"),
+            *_image_state("before"),
+            *_image_state("after"),
+        ),
     )
 
 
 def _typed_images(fields: DataFrame) -> DataFrame:
     """Stage 2: both images typed by the declared types, and the declared Spark types."""
-    blob_types = F.col("blob_types")
+    blob_types = E.col("blob_types")
 
-    def typed(text_map: Column) -> Column:
-        return F.transform_values(text_map, lambda k, v: _typed_value(v, blob_types[k]))
+    def typed(text_map: Expr) -> Expr:
+        return E.transform_values(text_map, lambda k, v: _typed_value(v, blob_types[k]))
 
-    spark_types = F.map_filter(
-        F.transform_values(blob_types, lambda k, t: _spark_type(t)), lambda k, t: t.isNotNull()
+    spark_types = E.map_filter(
+        E.transform_values(blob_types, lambda k, t: _spark_type(t)), lambda k, t: t.isNotNull()
     )
     return fields.select(
         "*",
-        typed(F.col("before_text")).alias("before_typed"),
-        typed(F.col("after_text")).alias("after_typed"),
-        F.when(F.size(spark_types) > 0, spark_types).alias("types"),
+        *E.columns(
+            typed(E.col("before_text")).alias("before_typed"),
+            typed(E.col("after_text")).alias("after_typed"),
+            E.when(E.size(spark_types) > 0, spark_types).alias("types"),
+        ),
     )
 
 
-def _failures(text_map: Column, typed_map: Column, blob_types: Column) -> tuple[Column, Column]:
+def _failures(text_map: Expr, typed_map: Expr, blob_types: Expr) -> tuple[Expr, Expr]:
     """(bad Base64, any conversion failure) for one image."""
-    base64 = F.exists(
-        F.map_keys(text_map),
+    base64 = E.exists(
+        E.map_keys(text_map),
         lambda k: text_map[k].isNotNull() & typed_map[k].isNull() & (blob_types[k] == "BYTES"),
     )
     other = failed_conversions(text_map, typed_map)
-    return F.coalesce(base64, F.lit(False)), F.coalesce(other, F.lit(False))
+    return E.coalesce(base64, E.lit(False)), E.coalesce(other, E.lit(False))
 
 
 def _classified(staged: DataFrame) -> DataFrame:
     """Stage 3: kind and reason per message, its row image, and an update's own before image."""
-    op = F.col("op")
+    op = E.col("op")
     # INSERT/UPDATE carry their row in `after`; DELETE and the first half of a split update in
     # `before` (or, when only `after` is there, in `after`).
-    row_from_after = op.isin(*_AFTER_OPS) | (op.isin("DELETE", *_BEFORE_HALF_OPS) & ~F.col("before_present"))
-    row_text = F.when(row_from_after, F.col("after_text")).otherwise(F.col("before_text"))
-    row_typed = F.when(row_from_after, F.col("after_typed")).otherwise(F.col("before_typed"))
-    row_present = F.col("after_present") | (~op.isin(*_AFTER_OPS) & F.col("before_present"))
-    row_obj = F.when(row_from_after, F.col("after_obj")).otherwise(F.col("before_obj"))
+    row_from_after = op.isin(*_AFTER_OPS) | (op.isin("DELETE", *_BEFORE_HALF_OPS) & ~E.col("before_present"))
+    row_text = E.when(row_from_after, E.col("after_text")).otherwise(E.col("before_text"))
+    row_typed = E.when(row_from_after, E.col("after_typed")).otherwise(E.col("before_typed"))
+    row_present = E.col("after_present") | (~op.isin(*_AFTER_OPS) & E.col("before_present"))
+    row_obj = E.when(row_from_after, E.col("after_obj")).otherwise(E.col("before_obj"))
     # An UPDATE_AFTER that carries its before image in the same message.
-    own_before = op.isin(*_UPDATE_OPS) & F.col("before_present")
-    row_base64, row_failed = _failures(row_text, row_typed, F.col("blob_types"))
-    own_base64, own_failed = _failures(F.col("before_text"), F.col("before_typed"), F.col("blob_types"))
+    own_before = op.isin(*_UPDATE_OPS) & E.col("before_present")
+    row_base64, row_failed = _failures(row_text, row_typed, E.col("blob_types"))
+    own_base64, own_failed = _failures(E.col("before_text"), E.col("before_typed"), E.col("blob_types"))
     has_row = op != "TRUNCATE"
 
     kind, reason = classify(
-        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-        (op.isNull() | (F.trim(op) == ""), KIND_QUARANTINED, Q_MISSING_OP),
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (op.isNull() | (E.trim(op) == ""), KIND_QUARANTINED, Q_MISSING_OP),
         *[(op == name, KIND_IGNORED, why) for name, why in _IGNORED_OPS.items()],
         (~op.isin(*_ROW_OPS), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (F.col("seq_bad") | F.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (E.col("seq_bad") | E.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
         ((op == "DELETE") & ~row_present, KIND_QUARANTINED, Q_KEY_UNKNOWN),
         (has_row & ~row_present, KIND_QUARANTINED, Q_MISSING_IMAGE),
-        (has_row & (~row_obj | (own_before & ~F.col("before_obj"))), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
+        (has_row & (~row_obj | (own_before & ~E.col("before_obj"))), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
         (has_row & (row_base64 | (own_before & own_base64)), KIND_QUARANTINED, Q_BAD_BASE64),
         (has_row & (row_failed | (own_before & own_failed)), KIND_QUARANTINED, Q_TYPE_MISMATCH),
         (op.isin(*_BEFORE_HALF_OPS), KIND_IGNORED, IGNORED_UPDATE_BEFORE),
     )
-    read_bad = F.col("bad").isNotNull()
+    read_bad = E.col("bad").isNotNull()
     return staged.select(
         "file",
         "file_pos",
@@ -306,61 +319,63 @@ def _classified(staged: DataFrame) -> DataFrame:
         "event_ms",
         "key_cols",
         "types",
-        F.when(read_bad, F.lit(KIND_QUARANTINED)).otherwise(kind).alias("kind"),
-        F.when(read_bad, F.col("bad")).otherwise(reason).alias("reason"),
-        row_typed.alias("row"),
-        F.when(own_before, F.col("before_typed")).alias("own_before"),
+        *E.columns(
+            E.when(read_bad, E.lit(KIND_QUARANTINED)).otherwise(kind).alias("kind"),
+            E.when(read_bad, E.col("bad")).otherwise(reason).alias("reason"),
+            row_typed.alias("row"),
+            E.when(own_before, E.col("before_typed")).alias("own_before"),
+        ),
     )
 
 
 def _events(fields: DataFrame) -> DataFrame:
     classified = _classified(_typed_images(fields))
-    before_half = (F.col("reason") == IGNORED_UPDATE_BEFORE) & F.col("seq").isNotNull()
+    before_half = (E.col("reason") == IGNORED_UPDATE_BEFORE) & E.col("seq").isNotNull()
     after_half = (
-        (F.col("kind") == KIND_CHANGE)
-        & F.col("op").isin(*_UPDATE_OPS)
-        & F.col("own_before").isNull()
-        & F.col("seq").isNotNull()
+        (E.col("kind") == KIND_CHANGE)
+        & E.col("op").isin(*_UPDATE_OPS)
+        & E.col("own_before").isNull()
+        & E.col("seq").isNotNull()
     )
     paired = attach_before_images(
         classified,
         before_half=before_half,
         after_half=after_half,
-        group=[F.col("table"), F.col("seq")],
-        image=F.col("row"),
-        order=F.struct("file", "file_pos"),
+        group=[E.col("table"), E.col("seq")],
+        image=E.col("row"),
+        order=E.struct("file", "file_pos"),
     )
     return paired.select(*canonical(**_canonical_columns()))
 
 
-def _canonical_columns() -> dict[str, Column]:
-    op = F.col("op")
-    is_change = F.col("kind") == KIND_CHANGE
-    full_load = F.col("seq") == F.lit(FULL_LOAD_SEQUENCE_ID)
+def _canonical_columns() -> dict[str, Expr]:
+    op = E.col("op")
+    is_change = E.col("kind") == KIND_CHANGE
+    full_load = E.col("seq") == FULL_LOAD_SEQUENCE_ID
     op_name = (
-        F.when(op == "INSERT", F.when(full_load, F.lit(OP_READ)).otherwise(F.lit(OP_INSERT)))
-        .when(op.isin(*_UPDATE_OPS), F.lit(OP_UPDATE))
-        .when(op == "DELETE", F.lit(OP_DELETE))
-        .when(op == "TRUNCATE", F.lit(OP_TRUNCATE))
+        E.when(op == "INSERT", E.when(full_load, E.lit(OP_READ)).otherwise(E.lit(OP_INSERT)))
+        .when(op.isin(*_UPDATE_OPS), E.lit(OP_UPDATE))
+        .when(op == "DELETE", E.lit(OP_DELETE))
+        .when(op == "TRUNCATE", E.lit(OP_TRUNCATE))
     )
     is_row = is_change & (op != "TRUNCATE")
     return {
-        "table": F.col("table"),
-        "kind": F.col("kind"),
-        "op": F.when(is_change, op_name),
-        "reason": F.col("reason"),
-        "event_ms": F.col("event_ms"),
-        "log_pos": F.when(F.col("seq").isNotNull(), F.array(F.col("seq"))),
-        "sub_pos": F.lit(0),
-        "before": F.when(is_change & (op == "DELETE"), F.col("row")).when(
-            is_change & op.isin(*_UPDATE_OPS), F.coalesce(F.col("own_before"), F.col("paired_before"))
+        "table": E.col("table"),
+        "kind": E.col("kind"),
+        "op": E.when(is_change, op_name),
+        "reason": E.col("reason"),
+        "event_ms": E.col("event_ms"),
+        "log_pos": E.when(E.col("seq").isNotNull(), E.array(E.col("seq"))),
+        "sub_pos": E.lit(0),
+        "before": E.when(is_change & (op == "DELETE"), E.col("row")).when(
+            is_change & op.isin(*_UPDATE_OPS), E.coalesce(E.col("own_before"), E.col("paired_before"))
         ),
-        "after": F.when(is_change & op.isin(*_AFTER_OPS), F.col("row")),
-        "partial": F.when(is_row, F.lit(False)),
-        "key_cols": F.when(is_change, F.col("key_cols")),
-        "types": F.when(is_row, F.col("types")),
-        "file": F.col("file"),
-        "file_pos": F.col("file_pos"),
-        "line": F.col("line"),
-        "raw": F.col("text"),
+        "after": E.when(is_change & op.isin(*_AFTER_OPS), E.col("row")),
+        "partial": E.when(is_row, E.lit(False)),
+        "key_cols": E.when(is_change, E.col("key_cols")),
+        "types": E.when(is_row, E.col("types")),
+        "file": E.col("file"),
+        "file_pos": E.col("file_pos"),
+        "line": E.col("line"),
+        "raw": E.col("text"),
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     MapType,
@@ -29,6 +29,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     IGNORED_TOMBSTONE,
@@ -52,11 +53,12 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.formats.tabular import (
     KIND_CSV,
     KIND_JSON,
     KIND_PARQUET,
-    column,
+    column_expr,
     declared_type,
     landing_kind,
     parquet_frames,
@@ -107,8 +109,8 @@ def is_metadata_column(name: str) -> bool:
     return len(name) > 2 and name.startswith("_") and name.endswith("_")
 
 
-def _is_metadata_key(key: Column) -> Column:
-    return (F.length(key) > 2) & key.startswith("_") & key.endswith("_")
+def _is_metadata_key(key: Expr) -> Expr:
+    return (E.length(key) > 2) & key.startswith("_") & key.endswith("_")
 
 
 class DatahubTupleDecoder(Decoder):
@@ -142,44 +144,46 @@ def _json_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     """JSON lines: metadata fields parsed as text, the business columns as JSON-typed variants."""
     schema = StructType([StructField(name, StringType()) for name in METADATA_FIELDS])
     parsed = parse_json_records(spark, files, schema)
-    whole = F.from_json(F.col("text"), MapType(StringType(), VariantType()))
-    image = F.map_filter(whole, lambda k, v: ~_is_metadata_key(k))
-    event_ms, time_bad = event_ms_from_text(F.col("j." + EXECUTE_TIME))
+    whole = E.from_json("text", MapType(StringType(), VariantType()))
+    image = E.map_filter(whole, lambda k, v: ~_is_metadata_key(k))
+    event_ms, time_bad = event_ms_from_text(E.col("j." + EXECUTE_TIME))
     return parsed.select(
         "file",
         "file_pos",
         "line",
-        F.col("text").alias("raw"),
+        *E.columns(E.col("text").alias("raw")),
         "bad",
         "tombstone",
-        F.col("j." + SEQUENCE_ID).alias("seq"),
-        F.col("j." + OPERATION_TYPE).alias("op"),
-        event_ms.alias("event_ms"),
-        time_bad.alias("time_bad"),
-        F.col("j." + SOURCE_TABLE).alias("source_table"),
-        F.col("j." + BEFORE_IMAGE).alias("before_flag"),
-        F.col("j." + AFTER_IMAGE).alias("after_flag"),
-        F.when(F.col("bad").isNull() & ~F.col("tombstone"), image).alias("image"),
-        F.lit(None).cast(MapType(StringType(), StringType())).alias("types"),
+        *E.columns(
+            E.col("j." + SEQUENCE_ID).alias("seq"),
+            E.col("j." + OPERATION_TYPE).alias("op"),
+            event_ms.alias("event_ms"),
+            time_bad.alias("time_bad"),
+            E.col("j." + SOURCE_TABLE).alias("source_table"),
+            E.col("j." + BEFORE_IMAGE).alias("before_flag"),
+            E.col("j." + AFTER_IMAGE).alias("after_flag"),
+            E.when(E.col("bad").isNull() & ~E.col("tombstone"), image).alias("image"),
+            E.null(MapType(StringType(), StringType())).alias("types"),
+        ),
     )
 
 
-def csv_fields(line: Column, empty_as_null: bool = True) -> Column:
+def csv_fields(line: Expr, empty_as_null: bool = True) -> Expr:
     """Split one CSV line into its fields (RFC 4180 quoting; a quoted field may hold commas).
 
     An unquoted empty field is null, a quoted empty field ("") is the empty string, the way
     Spark's own CSV reader reads them. Fields spanning several lines are not supported: the
     landing is read line by line.
     """
-    raw_fields = F.regexp_extract_all(line, F.lit(_CSV_FIELD), 1)
+    raw_fields = E.regexp_extract_all(line, _CSV_FIELD, 1)
 
-    def unquote(field: Column) -> Column:
-        quoted = field.startswith('"') & field.endswith('"') & (F.length(field) >= 2)
-        inner = F.regexp_replace(F.regexp_extract(field, r'^"(.*)"$', 1), '""', '"')
-        empty = F.lit(None).cast("string") if empty_as_null else F.lit("")
-        return F.when(quoted, inner).when(field == "", empty).otherwise(field)
+    def unquote(field: Expr) -> Expr:
+        quoted = field.startswith('"') & field.endswith('"') & (E.length(field) >= 2)
+        inner = E.regexp_replace(E.regexp_extract(field, r'^"(.*)"$', 1), '""', '"')
+        empty = E.null("string") if empty_as_null else E.lit("")
+        return E.when(quoted, inner).when(field == "", empty).otherwise(field)
 
-    return F.transform(raw_fields, unquote)
+    return E.transform(raw_fields, unquote)
 
 
 def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
@@ -189,14 +193,18 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     once per line instead of inlining it into every use.
     """
     # The stand-in for the lost rest of a damaged compressed file has no text, but is a record.
-    records = read_records(spark, files).where((F.trim(F.col("text")) != "") | F.col("damaged"))
+    records = read_records(spark, files).where(((E.trim("text") != "") | E.col("damaged")).column())
     headers = (
-        records.where(~F.col("damaged"))
+        records.where((~E.col("damaged")).column())
         .groupBy("file")
-        .agg(F.min_by("text", "file_pos").alias("header_text"), F.min("file_pos").alias("header_pos"))
+        .agg(
+            *E.columns(
+                E.min_by("text", "file_pos").alias("header_text"), E.min("file_pos").alias("header_pos")
+            )
+        )
     )
     rows = records.join(F.broadcast(headers), "file", "left").where(
-        ~F.coalesce(F.col("file_pos") == F.col("header_pos"), F.lit(False))
+        (~E.coalesce(E.col("file_pos") == E.col("header_pos"), E.lit(False))).column()
     )
     split = rows.select(
         "file",
@@ -206,48 +214,51 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         "unterminated",
         "damaged",
         "not_utf8",
-        csv_fields(F.col("header_text"), empty_as_null=False).alias("names"),
-        csv_fields(F.col("text")).alias("values"),
+        *E.columns(
+            csv_fields(E.col("header_text"), empty_as_null=False).alias("names"),
+            csv_fields(E.col("text")).alias("values"),
+        ),
     )
-    names, values = F.col("names"), F.col("values")
-    header_ok = (F.size(F.array_distinct(names)) == F.size(names)) & ~F.array_contains(names, "")
-    fits = header_ok & (F.size(names) == F.size(values))
+    names, values = E.col("names"), E.col("values")
+    header_ok = (E.size(E.array_distinct(names)) == E.size(names)) & ~E.array_contains(names, "")
+    fits = header_ok & (E.size(names) == E.size(values))
     bad = (
-        F.when(F.col("damaged"), F.lit(Q_TRUNCATED))
-        .when(F.col("not_utf8"), F.lit(Q_NOT_UTF8))
-        .when(fits, F.lit(None).cast("string"))
-        .when(F.col("unterminated") & header_ok & (F.size(values) < F.size(names)), F.lit(Q_TRUNCATED))
-        .otherwise(F.lit(Q_CSV_SHAPE))
+        E.when(E.col("damaged"), E.lit(Q_TRUNCATED))
+        .when(E.col("not_utf8"), E.lit(Q_NOT_UTF8))
+        .when(fits, E.null("string"))
+        .when(E.col("unterminated") & header_ok & (E.size(values) < E.size(names)), E.lit(Q_TRUNCATED))
+        .otherwise(E.lit(Q_CSV_SHAPE))
     )
     mapped = split.select(
         "file",
         "file_pos",
         "line",
         "text",
-        bad.alias("bad"),
-        F.when(fits, F.map_from_arrays(names, values)).alias("text_map"),
+        *E.columns(bad.alias("bad"), E.when(fits, E.map_from_arrays(names, values)).alias("text_map")),
     )
-    text_map = F.col("text_map")
-    image = F.transform_values(
-        F.map_filter(text_map, lambda k, v: ~_is_metadata_key(k)), lambda k, v: v.cast("variant")
+    text_map = E.col("text_map")
+    image = E.transform_values(
+        E.map_filter(text_map, lambda k, v: ~_is_metadata_key(k)), lambda k, v: v.cast("variant")
     )
     event_ms, time_bad = event_ms_from_text(text_map[EXECUTE_TIME])
     return mapped.select(
         "file",
         "file_pos",
         "line",
-        F.col("text").alias("raw"),
+        *E.columns(E.col("text").alias("raw")),
         "bad",
-        F.lit(False).alias("tombstone"),
-        text_map[SEQUENCE_ID].alias("seq"),
-        text_map[OPERATION_TYPE].alias("op"),
-        event_ms.alias("event_ms"),
-        time_bad.alias("time_bad"),
-        text_map[SOURCE_TABLE].alias("source_table"),
-        text_map[BEFORE_IMAGE].alias("before_flag"),
-        text_map[AFTER_IMAGE].alias("after_flag"),
-        image.alias("image"),
-        F.lit(None).cast(MapType(StringType(), StringType())).alias("types"),
+        *E.columns(
+            E.lit(False).alias("tombstone"),
+            text_map[SEQUENCE_ID].alias("seq"),
+            text_map[OPERATION_TYPE].alias("op"),
+            event_ms.alias("event_ms"),
+            time_bad.alias("time_bad"),
+            text_map[SOURCE_TABLE].alias("source_table"),
+            text_map[BEFORE_IMAGE].alias("before_flag"),
+            text_map[AFTER_IMAGE].alias("after_flag"),
+            image.alias("image"),
+            E.null(MapType(StringType(), StringType())).alias("types"),
+        ),
     )
 
 
@@ -259,49 +270,51 @@ def _parquet_rows(spark: SparkSession, files: list[LandedFile]) -> list[DataFram
 def _parquet_group(df: DataFrame) -> DataFrame:
     fields = {f.name: f.dataType for f in df.schema.fields}
     business = [name for name in fields if not is_metadata_column(name)]
-    image = F.create_map(*[c for name in business for c in (F.lit(name), column(name).cast("variant"))])
+    image = E.map(*[c for name in business for c in (E.lit(name), column_expr(name).cast("variant"))])
     declared = [(name, declared_type(fields[name])) for name in business]
-    types = F.create_map(*[c for name, t in declared if t for c in (F.lit(name), F.lit(t))])
+    types = E.map(*[c for name, t in declared if t for c in (E.lit(name), E.lit(t))])
 
-    def meta(name: str) -> Column:
-        return column(name).cast("string") if name in fields else F.lit(None).cast("string")
+    def meta(name: str) -> Expr:
+        return column_expr(name).cast("string") if name in fields else E.null("string")
 
     if isinstance(fields.get(EXECUTE_TIME), TimestampType):
-        event_ms, time_bad = F.unix_millis(column(EXECUTE_TIME)), F.lit(False)
+        event_ms, time_bad = E.unix_millis(column_expr(EXECUTE_TIME)), E.lit(False)
     else:
         event_ms, time_bad = event_ms_from_text(meta(EXECUTE_TIME))
     return df.select(
-        F.col("_metadata.file_path").alias("file"),
-        F.col("_metadata.row_index").alias("file_pos"),
-        F.lit(None).cast("long").alias("line"),
-        F.to_json(F.struct(*[column(name) for name in fields])).alias("raw"),
-        F.lit(None).cast("string").alias("bad"),
-        F.lit(False).alias("tombstone"),
-        meta(SEQUENCE_ID).alias("seq"),
-        meta(OPERATION_TYPE).alias("op"),
-        event_ms.alias("event_ms"),
-        time_bad.alias("time_bad"),
-        meta(SOURCE_TABLE).alias("source_table"),
-        meta(BEFORE_IMAGE).alias("before_flag"),
-        meta(AFTER_IMAGE).alias("after_flag"),
-        image.cast(IMAGE_TYPE).alias("image"),
-        types.cast(MapType(StringType(), StringType())).alias("types"),
+        *E.columns(
+            E.col("_metadata.file_path").alias("file"),
+            E.col("_metadata.row_index").alias("file_pos"),
+            E.null("bigint").alias("line"),
+            E.to_json(E.struct(*[column_expr(name) for name in fields])).alias("raw"),
+            E.null("string").alias("bad"),
+            E.lit(False).alias("tombstone"),
+            meta(SEQUENCE_ID).alias("seq"),
+            meta(OPERATION_TYPE).alias("op"),
+            event_ms.alias("event_ms"),
+            time_bad.alias("time_bad"),
+            meta(SOURCE_TABLE).alias("source_table"),
+            meta(BEFORE_IMAGE).alias("before_flag"),
+            meta(AFTER_IMAGE).alias("after_flag"),
+            image.cast(IMAGE_TYPE).alias("image"),
+            types.cast(MapType(StringType(), StringType())).alias("types"),
+        )
     )
 
 
-def event_ms_from_text(text: Column) -> tuple[Column, Column]:
+def event_ms_from_text(text: Expr) -> tuple[Expr, Expr]:
     """``_excute_time_`` as epoch ms, and whether a non-null value could not be read.
 
     The documented form is a 13-digit epoch in milliseconds; a 16-digit value is DataHub's
     TIMESTAMP (microseconds); anything else is tried as a timestamp text (UTC when it has no offset).
     """
-    trimmed = F.trim(text)
+    trimmed = E.trim(text)
     number = trimmed.try_cast("bigint")
-    from_number = F.when(
-        F.abs(number) >= F.lit(_MICROS_FROM), F.floor(number / 1000).cast("bigint")
+    from_number = E.when(
+        E.abs(number) >= E.lit(_MICROS_FROM), E.floor(number / 1000).cast("bigint")
     ).otherwise(number)
-    from_text = F.unix_millis(F.try_to_timestamp(trimmed))
-    ms = F.when(number.isNotNull(), from_number).otherwise(from_text)
+    from_text = E.unix_millis(E.try_to_timestamp(trimmed))
+    ms = E.when(number.isNotNull(), from_number).otherwise(from_text)
     return ms, text.isNotNull() & (trimmed != "") & ms.isNull()
 
 
@@ -312,11 +325,11 @@ def event_ms_from_text(text: Column) -> tuple[Column, Column]:
 def attach_before_images(
     rows: DataFrame,
     *,
-    before_half: Column,
-    after_half: Column,
-    group: list[Column],
-    image: Column,
-    order: Column,
+    before_half: Expr,
+    after_half: Expr,
+    group: list[Expr],
+    image: Expr,
+    order: Expr,
 ) -> DataFrame:
     """Add ``paired_before``: for an after half, the image of the before half of the same group.
 
@@ -325,11 +338,11 @@ def attach_before_images(
     is skewed. Splitting the halves off with a filter and a union would shuffle less, but Spark
     pushes such filters down into the decoding expressions and reads and parses the landing twice.
     """
-    is_half = F.coalesce(before_half | after_half, F.lit(False))
-    own_position = [F.when(~is_half, F.col("file")), F.when(~is_half, F.col("file_pos"))]
-    in_pair = Window.partitionBy(*group, *own_position)
-    paired = F.min_by(F.when(before_half, image), F.when(before_half, order)).over(in_pair)
-    return rows.withColumn("paired_before", F.when(after_half, paired))
+    is_half = E.coalesce(before_half | after_half, E.lit(False))
+    partition = [*group, E.when(~is_half, E.col("file")), E.when(~is_half, E.col("file_pos"))]
+    first = E.min_by(E.when(before_half, image), E.when(before_half, order))
+    paired = Expr(f"{first.sql} OVER (PARTITION BY {', '.join(p.sql for p in partition)})")
+    return rows.select("*", E.when(after_half, paired).alias("paired_before").column())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,68 +351,73 @@ def attach_before_images(
 
 def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
     """Classify each record, pair update halves, and select the canonical columns."""
-    seq_text = F.trim(F.col("seq"))
-    table = F.coalesce(
-        F.nullif(F.trim(F.col("source_table")), F.lit("")), F.lit(options.table).cast("string")
-    )
+    seq_text = E.trim("seq")
+    table = E.coalesce(E.nullif(E.trim("source_table"), E.lit("")), E.lit(options.table).cast("string"))
     fields = rows.select(
         "*",
-        F.upper(F.trim(F.col("op"))).alias("_op"),
-        seq_text.try_cast("bigint").alias("_seq"),
-        (seq_text.isNotNull() & (seq_text != "") & seq_text.try_cast("bigint").isNull()).alias("_seq_bad"),
-        (F.upper(F.trim(F.col("before_flag"))) == "Y").alias("_before_y"),
-        (F.upper(F.trim(F.col("after_flag"))) == "Y").alias("_after_y"),
-        table.alias("_table"),
+        *E.columns(
+            E.upper(E.trim("op")).alias("_op"),
+            seq_text.try_cast("bigint").alias("_seq"),
+            (seq_text.isNotNull() & (seq_text != "") & seq_text.try_cast("bigint").isNull()).alias(
+                "_seq_bad"
+            ),
+            (E.upper(E.trim("before_flag")) == "Y").alias("_before_y"),
+            (E.upper(E.trim("after_flag")) == "Y").alias("_after_y"),
+            table.alias("_table"),
+        ),
     )
-    op, before_y, after_y = F.col("_op"), F.col("_before_y"), F.col("_after_y")
+    op, before_y, after_y = E.col("_op"), E.col("_before_y"), E.col("_after_y")
     kind, reason = classify(
-        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
         (op.isNull() | (op == ""), KIND_QUARANTINED, Q_MISSING_OP),
         (~op.isin(*_TUPLE_OPS), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (F.col("_seq_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (F.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (F.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-        ((op == "U") & F.coalesce(~after_y & ~before_y, F.lit(True)), KIND_QUARANTINED, Q_MISSING_IMAGE),
-        ((op == "U") & F.coalesce(~after_y, F.lit(True)), KIND_IGNORED, IGNORED_UPDATE_BEFORE),
+        (E.col("_seq_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (E.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (E.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        ((op == "U") & E.coalesce(~after_y & ~before_y, E.lit(True)), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        ((op == "U") & E.coalesce(~after_y, E.lit(True)), KIND_IGNORED, IGNORED_UPDATE_BEFORE),
     )
-    read_bad = F.col("bad").isNotNull()
+    read_bad = E.col("bad").isNotNull()
     classified = fields.select(
         "*",
-        F.when(read_bad, F.lit(KIND_QUARANTINED)).otherwise(kind).alias("_kind"),
-        F.when(read_bad, F.col("bad")).otherwise(reason).alias("_reason"),
+        *E.columns(
+            E.when(read_bad, E.lit(KIND_QUARANTINED)).otherwise(kind).alias("_kind"),
+            E.when(read_bad, E.col("bad")).otherwise(reason).alias("_reason"),
+        ),
     )
-    before_half = (F.col("_reason") == IGNORED_UPDATE_BEFORE) & F.col("_seq").isNotNull()
-    after_half = (F.col("_kind") == KIND_CHANGE) & (F.col("_op") == "U") & F.col("_seq").isNotNull()
+    before_half = (E.col("_reason") == IGNORED_UPDATE_BEFORE) & E.col("_seq").isNotNull()
+    after_half = (E.col("_kind") == KIND_CHANGE) & (op == "U") & E.col("_seq").isNotNull()
     paired = attach_before_images(
         classified,
         before_half=before_half,
         after_half=after_half,
-        group=[F.col("_table"), F.col("_seq")],
-        image=F.col("image"),
-        order=F.struct("file", "file_pos"),
+        group=[E.col("_table"), E.col("_seq")],
+        image=E.col("image"),
+        order=E.struct("file", "file_pos"),
     )
-    is_change = F.col("_kind") == KIND_CHANGE
-    op_name = F.lit(None).cast("string")
-    for code, name in _TUPLE_OPS.items():
-        op_name = F.when(F.col("_op") == code, F.lit(name)).otherwise(op_name)
+    is_change = E.col("_kind") == KIND_CHANGE
+    codes = list(_TUPLE_OPS.items())
+    op_name = E.when(op == codes[0][0], E.lit(codes[0][1]))
+    for code, name in codes[1:]:
+        op_name = op_name.when(op == code, E.lit(name))
     return paired.select(
         *canonical(
-            table=F.col("_table"),
-            kind=F.col("_kind"),
-            op=F.when(is_change, op_name),
-            reason=F.col("_reason"),
-            event_ms=F.col("event_ms"),
-            log_pos=F.when(F.col("_seq").isNotNull(), F.array(F.col("_seq"))),
-            sub_pos=F.lit(0),
-            before=F.when(is_change & (F.col("_op") == "D"), F.col("image")).when(
-                is_change & (F.col("_op") == "U"), F.col("paired_before")
+            table=E.col("_table"),
+            kind=E.col("_kind"),
+            op=E.when(is_change, op_name),
+            reason=E.col("_reason"),
+            event_ms=E.col("event_ms"),
+            log_pos=E.when(E.col("_seq").isNotNull(), E.array(E.col("_seq"))),
+            sub_pos=E.lit(0),
+            before=E.when(is_change & (op == "D"), E.col("image")).when(
+                is_change & (op == "U"), E.col("paired_before")
             ),
-            after=F.when(is_change & F.col("_op").isin("I", "U"), F.col("image")),
-            partial=F.when(is_change, F.lit(False)),
-            types=F.when(is_change, F.col("types")),
-            file=F.col("file"),
-            file_pos=F.col("file_pos"),
-            line=F.col("line"),
-            raw=F.col("raw"),
+            after=E.when(is_change & op.isin("I", "U"), E.col("image")),
+            partial=E.when(is_change, E.lit(False)),
+            types=E.when(is_change, E.col("types")),
+            file=E.col("file"),
+            file_pos=E.col("file_pos"),
+            line=E.col("line"),
+            raw=E.col("raw"),
         )
     )

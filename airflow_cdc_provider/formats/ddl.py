@@ -9,10 +9,9 @@ and the second on its ``before`` image (the dropped columns, as nulls); ``replay
 
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
-
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import IMAGE_TYPE
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _NOT_A_COLUMN = r"(?!(?:INDEX|KEY|PRIMARY|UNIQUE|CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|PARTITION|CHECK)\b)"
 _ADD_COLUMN = (
@@ -23,15 +22,15 @@ _ADD_COLUMN = (
 _DROP_COLUMN = r"(?i)\bDROP\s+(?:COLUMN\s+)?" + _NOT_A_COLUMN + r"`?([A-Za-z0-9_$]+)`?"
 
 
-def added_columns(sql: Column) -> Column:
+def added_columns(sql: Expr) -> Expr:
     """``map<column, SQL type text>`` of the columns an ``ALTER TABLE ... ADD`` adds (null when none)."""
-    names = F.regexp_extract_all(sql, F.lit(_ADD_COLUMN), 1)
-    types = F.regexp_extract_all(sql, F.lit(_ADD_COLUMN), 2)
-    return F.when(F.size(names) > 0, F.map_from_arrays(names, types))
+    names = E.regexp_extract_all(sql, _ADD_COLUMN, 1)
+    types = E.regexp_extract_all(sql, _ADD_COLUMN, 2)
+    return E.when(E.size(names) > 0, E.map_from_arrays(names, types))
 
 
-def dropped_columns(sql: Column) -> Column:
+def dropped_columns(sql: Expr) -> Expr:
     """The columns an ``ALTER TABLE ... DROP`` removes, as an image of nulls (null when none)."""
-    names = F.regexp_extract_all(sql, F.lit(_DROP_COLUMN), 1)
-    nulls = F.transform(names, lambda n: F.lit(None).cast("variant"))
-    return F.when(F.size(names) > 0, F.map_from_arrays(names, nulls).cast(IMAGE_TYPE))
+    names = E.regexp_extract_all(sql, _DROP_COLUMN, 1)
+    nulls = E.transform(names, lambda n: E.null("variant"))
+    return E.when(E.size(names) > 0, E.map_from_arrays(names, nulls).cast(IMAGE_TYPE))

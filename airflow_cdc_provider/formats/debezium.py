@@ -8,8 +8,7 @@ is a ``coalesce`` over the places a flavour puts it.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     IntegerType,
     LongType,
@@ -18,6 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
@@ -42,7 +42,6 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
-    plan_barrier,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
@@ -52,6 +51,7 @@ from airflow_cdc_provider.formats.kafka_connect import (
     image_conversion_failed,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _SOURCE = StructType(
     [
@@ -112,17 +112,23 @@ _SNAPSHOT_TRUE = (
 )
 
 
-def _envelope() -> Column:
-    names = [f.name for f in _ENVELOPE_FIELDS]
-    return F.when(F.col("j.payload").isNotNull(), F.col("j.payload")).otherwise(
-        F.struct(*[F.col(f"j.{n}").alias(n) for n in names])
-    )
+class Envelope:
+    """The envelope's fields, from ``payload`` when the record wraps it, else from the record itself.
+
+    One CASE per field read, rather than a struct copied per record (a struct of both images).
+    Shared with ``debezium_mongodb``, whose records use the same envelope.
+    """
+
+    def __getitem__(self, name: str) -> Expr:
+        return E.when(E.col("j.payload").isNotNull(), E.col(f"j.payload.{name}")).otherwise(
+            E.col(f"j.{name}")
+        )
 
 
-def _qualified_table(src: Column) -> Column:
+def _qualified_table(src: Expr) -> Expr:
     # Lindorm names namespace.table; MySQL db.table; PostgreSQL, Oracle, SQL Server db.schema.table.
-    return F.when(src["namespace"].isNotNull(), F.concat_ws(".", src["namespace"], src["table"])).otherwise(
-        F.when(src["table"].isNotNull(), F.concat_ws(".", src["db"], src["schema"], src["table"]))
+    return E.when(src["namespace"].isNotNull(), E.concat_ws(".", src["namespace"], src["table"])).otherwise(
+        E.when(src["table"].isNotNull(), E.concat_ws(".", src["db"], src["schema"], src["table"]))
     )
 
 
@@ -130,7 +136,7 @@ _TWO_POW_63 = 2**63
 _TWO_POW_64 = 2**64
 
 
-def _lsn_position(lsn_text: Column) -> Column:
+def _lsn_position(lsn_text: Expr) -> Expr:
     """A PostgreSQL LSN (unsigned 64-bit, as JSON number or text) -> a position that orders as the source means.
 
     An LSN below 2^63 is ``[lsn]``, as before; one at or above 2^63 is ``[2^63 - 1, lsn - 2^63]``,
@@ -142,45 +148,40 @@ def _lsn_position(lsn_text: Column) -> Column:
     exact = lsn_text.try_cast("decimal(38,6)")
     readable = (
         exact.isNotNull()
-        & (exact >= F.lit(0))
-        & (exact < F.lit(str(_TWO_POW_64)).cast("decimal(20,0)"))
-        & (exact == F.floor(exact))
+        & (exact >= 0)
+        & (exact < E.lit(str(_TWO_POW_64)).cast("decimal(20,0)"))
+        & (exact == E.floor(exact))
     )
     unsigned = exact.cast("decimal(20,0)")
-    high = F.lit(str(_TWO_POW_63)).cast("decimal(20,0)")
+    high = E.lit(str(_TWO_POW_63)).cast("decimal(20,0)")
     return (
-        F.when(~readable, F.lit(None).cast("array<bigint>"))
-        .when(unsigned < high, F.array(unsigned.cast("bigint")))
-        .otherwise(F.array(F.lit(_TWO_POW_63 - 1).cast("bigint"), (unsigned - high).cast("bigint")))
+        E.when(~readable, E.null("array<bigint>"))
+        .when(unsigned < high, E.array(unsigned.cast("bigint")))
+        .otherwise(E.array(E.lit(_TWO_POW_63 - 1), (unsigned - high).cast("bigint")))
     )
 
 
-def _log_position(src: Column) -> Column:
-    binlog_number = F.regexp_extract(src["file"], r"(\d+)$", 1).try_cast("bigint")
-    sqlserver = F.transform(F.split(src["change_lsn"], ":"), lambda p: F.conv(p, 16, 10).try_cast("bigint"))
+def _log_position(src: Expr) -> Expr:
+    binlog_number = E.regexp_extract(src["file"], r"(\d+)$", 1).try_cast("bigint")
+    sqlserver = E.transform(E.split(src["change_lsn"], ":"), lambda p: E.conv(p, 16, 10).try_cast("bigint"))
     return (
-        F.when(src["lsn"].isNotNull(), _lsn_position(src["lsn"]))
+        E.when(src["lsn"].isNotNull(), _lsn_position(src["lsn"]))
         .when(
             src["scn"].isNotNull(),
-            F.array(src["scn"].try_cast("bigint"), src["commit_scn"].try_cast("bigint")),
+            E.array(src["scn"].try_cast("bigint"), src["commit_scn"].try_cast("bigint")),
         )
-        .when(src["change_lsn"].isNotNull(), F.concat(sqlserver, F.array(src["event_serial_no"])))
-        .when(src["file"].isNotNull(), F.array(binlog_number, src["pos"], src["row"].cast("bigint")))
+        .when(src["change_lsn"].isNotNull(), E.concat(sqlserver, E.array(src["event_serial_no"])))
+        .when(src["file"].isNotNull(), E.array(binlog_number, src["pos"], src["row"].cast("bigint")))
     )
 
 
-def _op(e: Column) -> Column:
-    raw = e["op"]
-    mapped = F.lit(None).cast("string")
-    for code, op in _OPS.items():
-        mapped = F.when(raw == code, F.lit(op)).otherwise(mapped)
-    snapshot = F.lower(e["source"]["snapshot"]).isin(*_SNAPSHOT_TRUE)
-    return F.when((mapped == OP_INSERT) & snapshot, F.lit(OP_READ)).otherwise(mapped)
-
-
-def _is_hbase(e: Column) -> Column:
-    image = F.coalesce(e["after"], e["before"])
-    return F.map_contains_key(image, "ROW") & e["source"]["namespace"].isNotNull()
+def envelope_op(raw: Expr, snapshot: Expr, ops: dict[str, str] = _OPS) -> Expr:
+    """The canonical op of an envelope's ``op`` code; an insert while ``source.snapshot`` says so is a read."""
+    mapped = E.when(raw == "c", E.lit(OP_INSERT))
+    for code, op in ops.items():
+        if code != "c":
+            mapped = mapped.when(raw == code, E.lit(op))
+    return E.when((raw == "c") & E.lower(snapshot).isin(*_SNAPSHOT_TRUE), E.lit(OP_READ)).otherwise(mapped)
 
 
 class DebeziumJsonDecoder(Decoder):
@@ -195,128 +196,138 @@ class DebeziumJsonDecoder(Decoder):
         return envelope_events(parse_json_records(spark, files, RECORD_SCHEMA), options)
 
 
+def _declared_columns(fields: Expr) -> Expr:
+    """The Connect schema's columns of the ``after`` image, else of ``before``."""
+
+    def image_fields(name: str) -> Expr:
+        return E.try_element_at(E.filter(fields, lambda f: f["field"] == name), 1)["fields"]
+
+    return E.coalesce(image_fields("after"), image_fields("before"))
+
+
 def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
     """Canonical events of parsed Debezium records (``parse_json_records`` columns, ``j`` in ``RECORD_SCHEMA``).
 
     Shared by every landing of the Debezium envelope: JSON lines here, Avro and Parquet files in
     ``debezium_avro`` (which hands over each record as the JSON Kafka Connect's JsonConverter
     writes, with its schema block), so types, ordering and positions follow one set of rules.
+    Three projections: the declared column types, the converted images, then the canonical event;
+    each later one reads the earlier ones' results instead of repeating their expressions.
     """
-    e = _envelope()
-    staged = plan_barrier(parsed.select("*", e.alias("e")))
-    e = F.col("e")
-    src = e["source"]
-
-    # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
-    declared_columns = F.coalesce(
-        F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "after"), F.lit(1))[
-            "fields"
-        ],
-        F.try_element_at(F.filter(F.col("j.schema.fields"), lambda f: f["field"] == "before"), F.lit(1))[
-            "fields"
-        ],
+    e = Envelope()
+    staged = parsed.select(
+        "*",
+        e["after"].alias("_after").column(),
+        e["before"].alias("_before").column(),
+        # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
+        column_types(_declared_columns(E.col("j.schema.fields"))).alias("_connect").column(),
     )
-    declared = column_types(declared_columns)
-    hbase = _is_hbase(e) & declared.isNull()
-    hbase_type = F.lit("string" if options.binary_as_text else "binary")
-    hbase_declared = F.transform_values(
-        F.coalesce(e["after"], e["before"]),
-        lambda k, v: F.struct(hbase_type.alias("type"), F.lit("base64").alias("codec")),
+    after_raw, before_raw = E.col("_after"), E.col("_before")
+    # Lindorm HBase tables: no schema block, key ROW, every value Base64.
+    hbase = (
+        E.map_contains_key(E.coalesce(after_raw, before_raw), "ROW")
+        & e["source"]["namespace"].isNotNull()
+        & E.col("_connect").isNull()
     )
-    declared = F.when(hbase, hbase_declared).otherwise(declared)
-    staged = plan_barrier(staged.select("*", declared.alias("declared")))
-    declared = F.col("declared")
+    hbase_type = "string" if options.binary_as_text else "binary"
+    hbase_declared = E.transform_values(
+        E.coalesce(after_raw, before_raw),
+        lambda k, v: E.struct(E.lit(hbase_type).alias("type"), E.lit("base64").alias("codec")),
+    )
+    staged = staged.select(
+        "*",
+        hbase.alias("_hbase").column(),
+        E.when(hbase, hbase_declared).otherwise(E.col("_connect")).alias("declared").column(),
+    )
+    declared, hbase = E.col("declared"), E.col("_hbase")
 
-    after = convert_image(e["after"], declared)
-    before = convert_image(e["before"], declared)
+    after = convert_image(after_raw, declared)
+    before = convert_image(before_raw, declared)
     if options.binary_as_text:
 
-        def as_text(img: Column) -> Column:
-            return F.transform_values(
-                img, lambda k, v: F.try_variant_get(v, "$", "binary").cast("string").cast("variant")
+        def as_text(img: Expr) -> Expr:
+            return E.transform_values(
+                img, lambda k, v: E.try_variant_get(v, "$", "binary").cast("string").cast("variant")
             )
 
-        after = F.when(hbase, as_text(after)).otherwise(after)
-        before = F.when(hbase, as_text(before)).otherwise(before)
-    staged = plan_barrier(staged.select("*", after.alias("after_typed"), before.alias("before_typed")))
-    after, before = F.col("after_typed"), F.col("before_typed")
+        after = E.when(hbase, as_text(after)).otherwise(after)
+        before = E.when(hbase, as_text(before)).otherwise(before)
+    staged = staged.select("*", after.alias("after_typed").column(), before.alias("before_typed").column())
+    after, before = E.col("after_typed"), E.col("before_typed")
 
-    op = _op(e)
-    has_row_change = e["op"].isNotNull()
-    bad_value = image_conversion_failed(e["after"], after, declared) | image_conversion_failed(
-        e["before"], before, declared
+    src = e["source"]
+    raw_op = e["op"]
+    op = envelope_op(raw_op, src["snapshot"])
+    has_row_change = raw_op.isNotNull()
+    bad_value = image_conversion_failed(after_raw, after, declared) | image_conversion_failed(
+        before_raw, before, declared
     )
-    base64_codec = F.exists(F.map_values(declared), lambda t: t["codec"] == "base64")
+    base64_codec = E.exists(E.map_values(declared), lambda t: t["codec"] == "base64")
+    bad = E.col("bad")
+    table = _qualified_table(src)
 
     kind, reason = classify(
-        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
         (
             images_not_objects(
-                F.col("bad"),
-                F.col("j._corrupt_record"),
-                "$.payload.after",
-                "$.payload.before",
-                "$.after",
-                "$.before",
+                bad, E.col("j._corrupt_record"), "$.payload.after", "$.payload.before", "$.after", "$.before"
             ),
             KIND_QUARANTINED,
             Q_IMAGE_NOT_OBJECT,
         ),
-        (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
         (e["status"].isin("BEGIN", "END") & ~has_row_change, KIND_IGNORED, IGNORED_TRANSACTION),
         (e["ddl"].isNotNull() & ~has_row_change, KIND_IGNORED, IGNORED_DDL),
-        (e["op"] == "m", KIND_IGNORED, "logical decoding message"),
+        (raw_op == "m", KIND_IGNORED, "logical decoding message"),
         (
             ~has_row_change
             & (
                 e["HEARTBEAT_IDENTIFIER"].isNotNull()
-                | (e["ts_ms"].isNotNull() & e["source"].isNull() & e["after"].isNull() & e["before"].isNull())
+                | (e["ts_ms"].isNotNull() & src.isNull() & after_raw.isNull() & before_raw.isNull())
             ),
             KIND_IGNORED,
             IGNORED_HEARTBEAT,
         ),
         (~has_row_change, KIND_QUARANTINED, Q_MISSING_OP),
         (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (_qualified_table(src).isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
         (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
         (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & e["after"].isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & after_raw.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
         (
-            (op == OP_DELETE) & e["before"].isNull() & e["after"].isNull() & e["unique"].isNull(),
+            (op == OP_DELETE) & before_raw.isNull() & after_raw.isNull() & e["unique"].isNull(),
             KIND_QUARANTINED,
             Q_KEY_UNKNOWN,
         ),
     )
-    reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
-    unique_keys = F.when(e["unique"].isNotNull(), F.map_keys(e["unique"]))
-    key_cols = F.when(hbase, F.array(F.lit("ROW"))).otherwise(unique_keys)
+    reason = E.when(reason == "<bad>", bad).otherwise(reason)
+    unique = e["unique"]
+    key_cols = E.when(hbase, E.array(E.lit("ROW"))).otherwise(E.when(unique.isNotNull(), E.map_keys(unique)))
     # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.
-    before_or_key = F.when(
-        (op == OP_DELETE) & before.isNull() & e["unique"].isNotNull(), e["unique"]
-    ).otherwise(before)
-    types = F.when(declared.isNotNull(), F.transform_values(declared, lambda k, t: t["type"]))
+    before_or_key = E.when((op == OP_DELETE) & before.isNull() & unique.isNotNull(), unique).otherwise(before)
+    types = E.when(declared.isNotNull(), E.transform_values(declared, lambda k, t: t["type"]))
 
     return staged.select(
         *canonical(
-            table=_qualified_table(src),
+            table=table,
             kind=kind,
             op=op,
             reason=reason,
             # A source.ts_ms of 0 (snapshot reads of early Debezium MySQL) is no time: the
             # envelope's ts_ms, when the connector read the row, is (as the sensor reads it).
-            event_ms=F.coalesce(F.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
+            event_ms=E.coalesce(E.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
             log_pos=_log_position(src),
             log_pos_unreadable=src["lsn"].isNotNull() & _lsn_position(src["lsn"]).isNull(),
-            sub_pos=F.lit(0),
-            tx_id=F.coalesce(e["transaction"]["id"], src["txId"]),
+            sub_pos=E.lit(0),
+            tx_id=E.coalesce(e["transaction"]["id"], src["txId"]),
             before=before_or_key,
-            after=F.when(op != OP_DELETE, after),
-            partial=F.lit(False),
+            after=E.when(op != OP_DELETE, after),
+            partial=E.lit(False),
             key_cols=key_cols,
             types=types,
-            file=F.col("file"),
-            file_pos=F.col("file_pos"),
-            line=F.col("line"),
-            raw=F.col("text"),
+            file=E.col("file"),
+            file_pos=E.col("file_pos"),
+            line=E.col("line"),
+            raw=E.col("text"),
         )
     )

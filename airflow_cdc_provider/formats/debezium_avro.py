@@ -22,8 +22,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     DateType,
     DecimalType,
@@ -34,6 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.connect_avro import (
     DECIMAL_NAME,
@@ -46,9 +46,10 @@ from airflow_cdc_provider.formats.debezium import RECORD_SCHEMA, envelope_events
 from airflow_cdc_provider.formats.events import Q_BAD_PARQUET
 from airflow_cdc_provider.formats.jsonlines import CORRUPT, diagnose
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.formats.tabular import (
     KIND_PARQUET,
-    column,
+    column_expr,
     landing_kind,
     parquet_footers,
     parquet_frames,
@@ -94,15 +95,15 @@ class DebeziumAvroDecoder(Decoder):
 
 def _as_parsed(records: DataFrame) -> DataFrame:
     """Records as JSON payload + schema block -> the columns ``parse_json_records`` gives."""
-    document = F.concat(F.lit('{"schema":'), F.col("schema"), F.lit(',"payload":'), F.col("text"), F.lit("}"))
+    document = E.concat(E.lit('{"schema":'), E.col("schema"), E.lit(',"payload":'), E.col("text"), E.lit("}"))
     parsed = records.select(
         "file",
         "file_pos",
         "line",
         "text",
-        F.when(F.col("text").isNotNull(), F.from_json(document, _WITH_CORRUPT, {"mode": "PERMISSIVE"})).alias(
-            "j"
-        ),
+        E.when(E.col("text").isNotNull(), E.from_json(document, _WITH_CORRUPT, {"mode": "PERMISSIVE"}))
+        .alias("j")
+        .column(),
         "bad",
     )
     return parsed.select(
@@ -111,8 +112,10 @@ def _as_parsed(records: DataFrame) -> DataFrame:
         "line",
         "text",
         "j",
-        F.lit(False).alias("tombstone"),
-        F.coalesce(F.col("bad"), diagnose(F.col(f"j.{CORRUPT}"), F.lit(False))).alias("bad"),
+        *E.columns(
+            E.lit(False).alias("tombstone"),
+            E.coalesce(E.col("bad"), diagnose(E.col(f"j.{CORRUPT}"), E.lit(False))).alias("bad"),
+        ),
     )
 
 
@@ -120,7 +123,7 @@ def _avro_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     """One row per record of each Avro container file (decoded in Python workers)."""
     # recursiveFileLookup: no partition columns inferred from folder names (partition=0/, dt=...).
     files = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(paths)
-    return files.select(F.col("_metadata.file_path").alias("file"), "content").mapInArrow(
+    return files.select(E.col("_metadata.file_path").alias("file").column(), "content").mapInArrow(
         decode_batches, DECODED_DDL
     )
 
@@ -143,16 +146,14 @@ def _parquet_records(spark: SparkSession, paths: list[str]) -> list[DataFrame]:
     return parts
 
 
-def _parquet_value(
-    value: Column, spark_field: StructField, avro: AvroSchema | None, node
-) -> tuple[Column, dict]:
+def _parquet_value(value: Expr, spark_field: StructField, avro: AvroSchema | None, node) -> tuple[Expr, dict]:
     """One column of a Parquet image as JsonConverter writes it, and its Connect schema entry."""
     name, data_type = spark_field.name, spark_field.dataType
     entry = {"field": name, "optional": True}
     if isinstance(data_type, DateType):
-        return F.unix_date(value), {**entry, "type": "int32", "name": "org.apache.kafka.connect.data.Date"}
+        return E.unix_date(value), {**entry, "type": "int32", "name": "org.apache.kafka.connect.data.Date"}
     if isinstance(data_type, (TimestampType, TimestampNTZType)):
-        micros = F.unix_micros(value.cast("timestamp"))
+        micros = E.unix_micros(value.cast("timestamp"))
         return micros, {**entry, "type": "int64", "name": "io.debezium.time.MicroTimestamp"}
     if isinstance(data_type, DecimalType):
         parameters = {"scale": str(data_type.scale), "connect.decimal.precision": str(data_type.precision)}
@@ -170,31 +171,33 @@ def _parquet_value(
 
 def _parquet_group(df: DataFrame, avro: AvroSchema | None) -> DataFrame:
     fields = {f.name: f for f in df.schema.fields}
-    columns: list[Column] = []
+    columns: list[Expr] = []
     schema_fields = []
     for name in _ENVELOPE_COLUMNS:
         spark_field = fields.get(name)
         if spark_field is None:
-            columns.append(F.lit(None).cast("string").alias(name))
+            columns.append(E.null("string").alias(name))
             continue
         if name not in ("before", "after") or not isinstance(spark_field.dataType, StructType):
-            columns.append(column(name).alias(name))
+            columns.append(column_expr(name).alias(name))
             continue
         record = avro.unwrap(avro.field(avro.root, name))[0] if avro is not None else None
         values, entries = [], []
         for inner in spark_field.dataType.fields:
             node = avro.field(record, inner.name) if avro is not None else None
-            value, entry = _parquet_value(column(name)[inner.name], inner, avro, node)
+            value, entry = _parquet_value(column_expr(name)[inner.name], inner, avro, node)
             values.append(value.alias(inner.name))
             entries.append(entry)
-        columns.append(F.when(column(name).isNotNull(), F.struct(*values)).alias(name))
+        columns.append(E.when(column_expr(name).isNotNull(), E.struct(*values)).alias(name))
         schema_fields.append({"field": name, "type": "struct", "optional": True, "fields": entries})
     block = json.dumps({"type": "struct", "optional": False, "fields": schema_fields}, separators=(",", ":"))
     return df.select(
-        F.col("_metadata.file_path").alias("file"),
-        F.col("_metadata.row_index").alias("file_pos"),
-        F.lit(None).cast("long").alias("line"),
-        F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).alias("text"),
-        F.lit(block).alias("schema"),
-        F.lit(None).cast("string").alias("bad"),
+        *E.columns(
+            E.col("_metadata.file_path").alias("file"),
+            E.col("_metadata.row_index").alias("file_pos"),
+            E.null("bigint").alias("line"),
+            E.to_json(E.struct(*columns), E.map(E.lit("ignoreNullFields"), E.lit("false"))).alias("text"),
+            E.lit(block).alias("schema"),
+            E.null("string").alias("bad"),
+        )
     )

@@ -40,8 +40,10 @@ then the landing.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+import functools
+import operator
+
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     LongType,
@@ -52,13 +54,14 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.debezium import Envelope, envelope_op
 from airflow_cdc_provider.formats.events import (
     IGNORED_HEARTBEAT,
     IGNORED_KAFKA_KEY,
     IGNORED_TOMBSTONE,
     IGNORED_TRANSACTION,
-    IMAGE_TYPE,
     KIND_CHANGE,
     KIND_IGNORED,
     KIND_QUARANTINED,
@@ -76,10 +79,11 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
-    plan_barrier,
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.kafka_connect import let
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 KEY_COLUMN = "_id"
 # A Kafka key line is short; longer lines are never taken for one (and are not re-parsed to check).
@@ -122,14 +126,6 @@ _ENVELOPE_FIELDS = [
 RECORD_SCHEMA = StructType(_ENVELOPE_FIELDS + [StructField("payload", StructType(_ENVELOPE_FIELDS))])
 
 _OPS = {"c": OP_INSERT, "r": OP_READ, "u": OP_UPDATE, "d": OP_DELETE}
-_SNAPSHOT_TRUE = (
-    "true",
-    "last",
-    "first",
-    "first_in_data_collection",
-    "last_in_data_collection",
-    "incremental",
-)
 _TEXTS = MapType(StringType(), StringType())
 _VALUES = MapType(StringType(), VariantType())
 _CONVERTED = "map<string,struct<v:variant,t:string,ok:boolean>>"
@@ -152,202 +148,284 @@ _NESTED_WRAPPERS = [
     (r'\{"\$undefined":true\}', "null"),
 ]
 _INTEGRAL_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
+# The record's columns every stage carries.
+_RECORD = ("file", "file_pos", "line", "text", "tombstone", "bad")
+# The documents a record can carry, each converted on its own.
+_DOCUMENTS = (
+    "after_doc",
+    "before_doc",
+    "replacement_doc",
+    "updated_doc",
+    "set_doc",
+    "diff_u_doc",
+    "diff_i_doc",
+    "filter_doc",
+    "key_doc",
+)
 
 
-def relaxed_json(text: Column) -> Column:
+def relaxed_json(text: Expr) -> Expr:
     """The JSON text of a nested value with its extended-JSON wrappers replaced by plain values."""
+    relaxed = text
     for pattern, replacement in _NESTED_WRAPPERS:
-        text = F.regexp_replace(text, pattern, replacement)
-    return text
+        relaxed = E.regexp_replace(relaxed, pattern, replacement)
+    # Every wrapper starts with {"$: text without one is already relaxed (and is not scanned 12 times).
+    return E.when(text.contains('{"$'), relaxed).otherwise(text)
 
 
-def _uuid_text(b64: Column) -> Column:
-    h = F.lower(F.hex(F.try_to_binary(b64, F.lit("base64"))))
-    parts = [F.substring(h, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
-    return F.when(F.length(h) == 32, F.concat_ws("-", *parts))
+def _uuid_text(b64: Expr) -> Expr:
+    def dashed(h: Expr) -> Expr:
+        parts = [
+            E.substring(h, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+        ]
+        return E.when(E.length(h) == 32, E.concat_ws("-", *parts))
+
+    # The hex digits decoded once, not once per part.
+    return let(E.lower(E.hex(E.try_to_binary(b64, "base64"))), dashed)
 
 
-def _decimal_type(text: Column) -> Column:
+def _decimal_type(text: Expr) -> Expr:
     """``decimal(p,s)`` holding a plain decimal text exactly (null when it has more than 38 digits)."""
-    integral = F.length(F.regexp_extract(text, r"^-?(\d+)", 1))
-    scale = F.length(F.regexp_extract(text, r"\.(\d+)$", 1))
-    precision = F.greatest(integral + scale, F.lit(1))
-    return F.when(precision <= 38, F.format_string("decimal(%d,%d)", precision, scale))
+    integral = E.length(E.regexp_extract(text, r"^-?(\d+)", 1))
+    scale = E.length(E.regexp_extract(text, r"\.(\d+)$", 1))
+    precision = E.greatest(integral + scale, E.lit(1))
+    return E.when(precision <= 38, E.format_string("decimal(%d,%d)", precision, scale))
 
 
-def convert_value(v: Column, text: Column) -> Column:
+def _out(value: Expr, spark_type: Expr | str | None, ok: Expr | None = None) -> Expr:
+    """``struct<v, t, ok>``: the value as a variant, its declared type, whether it converted (non-null)."""
+    t = E.lit(spark_type) if isinstance(spark_type, str) else spark_type
+    return E.struct(
+        value.cast("variant").alias("v"),
+        (t if t is not None else E.lit(None)).cast("string").alias("t"),
+        (value.isNotNull() if ok is None else ok).alias("ok"),
+    )
+
+
+def _relaxed_out(text: Expr) -> Expr:
+    # The relaxed text is null only when the text is: tested on the text, not built twice.
+    return _out(relaxed_json(text), "string", ok=text.isNotNull())
+
+
+def convert_value(v: Expr, text: Expr) -> Expr:
     """One top-level value -> ``struct<v: variant, t: declared Spark type or null, ok: converted>``.
 
     ``v`` is the value parsed as a variant, ``text`` its JSON text in the document's field order
     (Spark's compact form; a string's own text for a string).
     """
-    kind = F.schema_of_variant(v)
 
-    def at(name: str, spark_type: str = "variant") -> Column:
-        return F.try_variant_get(v, f"$['{name}']", spark_type)
+    def at(name: str, spark_type: str = "variant") -> Expr:
+        return E.try_variant_get(v, f"$['{name}']", spark_type)
 
-    def has(name: str) -> Column:
+    def has(name: str) -> Expr:
         return at(name).isNotNull()
 
     date = at("$date")
-    date_kind = F.schema_of_variant(date)
-    date_ms = F.coalesce(
-        F.when(date_kind.isin(*_INTEGRAL_KINDS), F.try_variant_get(date, "$", "bigint")),
-        F.try_variant_get(date, "$['$numberLong']", "string").try_cast("bigint"),
+    date_kind = E.schema_of_variant(date)
+    date_ms = E.coalesce(
+        E.when(date_kind.isin(*_INTEGRAL_KINDS), E.try_variant_get(date, "$", "bigint")),
+        E.try_variant_get(date, "$['$numberLong']", "string").try_cast("bigint"),
     )
-    date_value = F.when(date_ms.isNotNull(), F.timestamp_millis(date_ms)).when(
-        date_kind == "STRING", F.try_to_timestamp(F.try_variant_get(date, "$", "string"))
+    # timestamp_millis is null only for a null input: the epoch milliseconds are read once.
+    date_value = E.coalesce(
+        E.timestamp_millis(date_ms),
+        E.when(date_kind == "STRING", E.try_to_timestamp(E.try_variant_get(date, "$", "string"))),
     )
-    binary_b64 = F.coalesce(
-        F.try_variant_get(v, "$['$binary'].base64", "string"),
-        F.when(F.schema_of_variant(at("$binary")) == "STRING", at("$binary", "string")),
+    binary_b64 = E.coalesce(
+        E.try_variant_get(v, "$['$binary'].base64", "string"),
+        E.when(E.schema_of_variant(at("$binary")) == "STRING", at("$binary", "string")),
     )
-    subtype = F.lower(
-        F.coalesce(F.try_variant_get(v, "$['$binary'].subType", "string"), at("$type", "string"))
+    subtype = E.lower(
+        E.coalesce(E.try_variant_get(v, "$['$binary'].subType", "string"), at("$type", "string"))
     )
     is_uuid = subtype.isin("3", "03", "4", "04")
-    regex = F.coalesce(
-        F.when(
+    regex = E.coalesce(
+        E.when(
             has("$regularExpression"),
-            F.concat(
-                F.lit("/"),
-                F.try_variant_get(v, "$['$regularExpression'].pattern", "string"),
-                F.lit("/"),
-                F.coalesce(F.try_variant_get(v, "$['$regularExpression'].options", "string"), F.lit("")),
+            E.concat(
+                E.lit("/"),
+                E.try_variant_get(v, "$['$regularExpression'].pattern", "string"),
+                E.lit("/"),
+                E.coalesce(E.try_variant_get(v, "$['$regularExpression'].options", "string"), E.lit("")),
             ),
         ),
-        F.when(
+        E.when(
             has("$regex"),
-            F.concat(
-                F.lit("/"),
+            E.concat(
+                E.lit("/"),
                 at("$regex", "string"),
-                F.lit("/"),
-                F.coalesce(at("$options", "string"), F.lit("")),
+                E.lit("/"),
+                E.coalesce(at("$options", "string"), E.lit("")),
             ),
         ),
     )
-    decimal_text = F.trim(at("$numberDecimal", "string"))
+    decimal_text = E.trim(at("$numberDecimal", "string"))
     plain_decimal = decimal_text.rlike(r"^-?\d+(\.\d+)?$")
+    # The object's field count from the parsed value (its text is not parsed again).
+    field_count = E.size(E.try_variant_get(v, "$", "map<string,variant>"))
 
-    def out(value: Column, spark_type: Column | str | None) -> Column:
-        t = F.lit(spark_type) if isinstance(spark_type, str) else spark_type
-        return F.struct(
-            value.cast("variant").alias("v"),
-            (t if t is not None else F.lit(None)).cast("string").alias("t"),
-            value.isNotNull().alias("ok"),
-        )
-
-    object_kind = kind.startswith("OBJECT")
-    return (
-        F.when(
-            v.isNull() | F.is_variant_null(v),
-            F.struct(v.alias("v"), F.lit(None).cast("string").alias("t"), F.lit(True).alias("ok")),
-        )
-        .when(kind == "STRING", out(v, "string"))
-        .when(kind == "BOOLEAN", out(v, "boolean"))
-        .when(kind.startswith("ARRAY"), out(relaxed_json(text), "string"))
-        .when(~object_kind, out(v, None))
-        .when(has("$oid"), out(at("$oid", "string"), "string"))
-        .when(has("$numberLong"), out(F.trim(at("$numberLong", "string")).try_cast("bigint"), None))
-        .when(has("$numberInt"), out(F.trim(at("$numberInt", "string")).try_cast("int"), None))
-        .when(has("$numberDouble"), out(F.trim(at("$numberDouble", "string")).try_cast("double"), None))
+    wrapper = (
+        E.when(has("$oid"), _out(at("$oid", "string"), "string"))
+        .when(has("$numberLong"), _out(E.trim(at("$numberLong", "string")).try_cast("bigint"), None))
+        .when(has("$numberInt"), _out(E.trim(at("$numberInt", "string")).try_cast("int"), None))
+        .when(has("$numberDouble"), _out(E.trim(at("$numberDouble", "string")).try_cast("double"), None))
         .when(
             has("$numberDecimal"),
-            out(F.when(plain_decimal, F.try_parse_json(decimal_text)), _decimal_type(decimal_text)),
+            _out(E.when(plain_decimal, E.try_parse_json(decimal_text)), _decimal_type(decimal_text)),
         )
-        .when(has("$date"), out(date_value, "timestamp"))
+        .when(has("$date"), _out(date_value, "timestamp"))
         .when(
             has("$timestamp"),
-            out(F.timestamp_seconds(F.try_variant_get(v, "$['$timestamp'].t", "bigint")), "timestamp"),
+            _out(E.timestamp_seconds(E.try_variant_get(v, "$['$timestamp'].t", "bigint")), "timestamp"),
         )
-        .when(has("$binary") & is_uuid, out(_uuid_text(binary_b64), "string"))
-        .when(has("$binary"), out(F.try_to_binary(binary_b64, F.lit("base64")), "binary"))
-        .when(has("$uuid"), out(at("$uuid", "string"), "string"))
-        .when(has("$regularExpression") | has("$regex"), out(regex, "string"))
-        .when(has("$symbol"), out(at("$symbol", "string"), "string"))
-        .when(has("$code") & (F.size(F.json_object_keys(text)) == 1), out(at("$code", "string"), "string"))
-        .when(has("$minKey"), out(F.lit("MinKey"), "string"))
-        .when(has("$maxKey"), out(F.lit("MaxKey"), "string"))
+        .when(has("$binary") & is_uuid, _out(_uuid_text(binary_b64), "string"))
+        .when(has("$binary"), _out(E.try_to_binary(binary_b64, "base64"), "binary"))
+        .when(has("$uuid"), _out(at("$uuid", "string"), "string"))
+        .when(has("$regularExpression") | has("$regex"), _out(regex, "string"))
+        .when(has("$symbol"), _out(at("$symbol", "string"), "string"))
+        .when(has("$code") & (field_count == 1), _out(at("$code", "string"), "string"))
+        .when(has("$minKey"), _out(E.lit("MinKey"), "string"))
+        .when(has("$maxKey"), _out(E.lit("MaxKey"), "string"))
         .when(
             has("$undefined"),
-            F.struct(
-                F.lit(None).cast("variant").alias("v"),
-                F.lit(None).cast("string").alias("t"),
-                F.lit(True).alias("ok"),
-            ),
+            E.struct(E.null("variant").alias("v"), E.null("string").alias("t"), E.lit(True).alias("ok")),
         )
-        .otherwise(out(relaxed_json(text), "string"))
+        .otherwise(_relaxed_out(text))
+    )
+    # Objects and arrays are told by a cast that copies nothing (an object to an empty struct) or
+    # little, so schema_of_variant, which describes the whole value, runs only on scalars.
+    is_object = E.try_variant_get(v, "$", "struct<>").isNotNull()
+    is_array = E.try_variant_get(v, "$", "array<struct<>>").isNotNull()
+    kind = E.schema_of_variant(v)
+    return (
+        E.when(
+            v.isNull() | E.is_variant_null(v),
+            E.struct(v.alias("v"), E.null("string").alias("t"), E.lit(True).alias("ok")),
+        )
+        .when(is_object, wrapper)
+        .when(is_array, _relaxed_out(text))
+        .when(kind == "STRING", _out(v, "string"))
+        .when(kind == "BOOLEAN", _out(v, "boolean"))
+        .otherwise(_out(v, None))
     )
 
 
-def converted_document(doc: Column) -> tuple[Column, Column]:
-    """An extended-JSON document text -> (converted fields map, the text is not a JSON object).
+def converted_document(doc: Expr) -> Expr:
+    """An extended-JSON document text -> its converted fields, ``_CONVERTED``.
 
-    The map is ``_CONVERTED``: per field its value, declared type and whether it converted; null
-    when there is no document.
+    Per field its value, declared type and whether it converted; null when there is no document
+    or it is not a JSON object. The fields' texts are parsed once per document, before the walk
+    over its values, not again for each nested value that needs its text.
     """
-    texts = F.from_json(doc, _TEXTS)
-    values = F.from_json(doc, _VALUES)
-    converted = F.transform_values(values, lambda k, v: convert_value(v, texts[k]))
-    return converted, doc.isNotNull() & values.isNull()
-
-
-def image_of(converted: Column) -> Column:
-    return F.transform_values(converted, lambda k, c: c["v"])
-
-
-def types_of(converted: Column) -> Column:
-    return F.map_filter(F.transform_values(converted, lambda k, c: c["t"]), lambda k, t: t.isNotNull())
-
-
-def failed(converted: Column) -> Column:
-    return F.coalesce(F.exists(F.map_values(converted), lambda c: ~c["ok"]), F.lit(False))
-
-
-def _overlay(base: Column, top: Column) -> Column:
-    replaced = F.transform_values(
-        base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
+    values = E.from_json(doc, _VALUES)
+    return let(
+        E.from_json(doc, _TEXTS),
+        lambda texts: E.transform_values(values, lambda k, v: convert_value(v, texts[k])),
     )
-    return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
 
 
-def _only_id(converted: Column) -> Column:
-    return F.map_filter(converted, lambda k, c: k == KEY_COLUMN)
+def image_of(converted: Expr) -> Expr:
+    return E.transform_values(converted, lambda k, c: c["v"])
 
 
-def _id_document(id_text: Column) -> Column:
+def types_of(converted: Expr) -> Expr:
+    return E.map_filter(E.transform_values(converted, lambda k, c: c["t"]), lambda k, t: t.isNotNull())
+
+
+def failed(converted: Expr) -> Expr:
+    return E.coalesce(E.array_contains(E.map_values(converted)["ok"], False), E.lit(False))
+
+
+def _overlay(base: Expr, top: Expr) -> Expr:
+    """``base`` with ``top``'s fields in place of its own and ``top``'s other fields after them.
+
+    Both are read inside lambdas: pass columns or lambda variables (``_overlay_once`` otherwise).
+    Converted values are never null, so ``top[k]`` is null only where ``top`` lacks ``k``.
+    """
+    replaced = E.transform_values(base, lambda k, v: E.coalesce(top[k], v))
+    return E.map_concat(replaced, E.map_filter(top, lambda k, t: ~E.map_contains_key(base, k)))
+
+
+def _overlay_once(base: Expr, top: Expr) -> Expr:
+    """``_overlay`` of two expressions, each evaluated once."""
+    return let(E.struct(base.alias("b"), top.alias("t")), lambda p: _overlay(p["b"], p["t"]))
+
+
+def _only_id(converted: Expr) -> Expr:
+    return E.map_filter(converted, lambda k, c: k == KEY_COLUMN)
+
+
+def _id_document(id_text: Expr) -> Expr:
     """A Kafka key's ``id`` (extended JSON of ``_id``) as the document ``{"_id": ...}``."""
-    return F.when(id_text.isNotNull(), F.concat(F.lit('{"_id":'), id_text, F.lit("}")))
+    return E.concat(E.lit('{"_id":'), id_text, E.lit("}"))
 
 
-def is_key_line(text: Column) -> Column:
+def is_key_line(text: Expr) -> Expr:
     """A Kafka key as Debezium writes it: ``{"id": ...}``, bare or in a Connect ``payload``."""
     # Cheap tests first: a value names its "op", a key never does; only the rest is parsed again.
     short = (
-        (F.length(text) <= _KEY_LINE_MAX_CHARS) & (F.instr(text, '"op"') == 0) & (F.instr(text, '"id"') > 0)
+        (E.length(text) <= _KEY_LINE_MAX_CHARS) & (E.instr(text, '"op"') == 0) & (E.instr(text, '"id"') > 0)
     )
-    keys = F.array_sort(F.json_object_keys(text))
-    payload_keys = F.json_object_keys(F.get_json_object(text, "$.payload"))
-    bare = keys == F.array(F.lit("id"))
-    wrapped = ((keys == F.array(F.lit("payload"))) | (keys == F.array(F.lit("payload"), F.lit("schema")))) & (
-        payload_keys == F.array(F.lit("id"))
+    keys = E.array_sort(E.json_object_keys(text))
+    payload_keys = E.json_object_keys(E.get_json_object(text, "$.payload"))
+    bare = keys == E.array(E.lit("id"))
+    wrapped = keys.isin(E.array(E.lit("payload")), E.array(E.lit("payload"), E.lit("schema"))) & (
+        payload_keys == E.array(E.lit("id"))
     )
-    return F.coalesce(short & (bare | wrapped), F.lit(False))
+    return E.coalesce(E.when(short, bare | wrapped), E.lit(False))
 
 
-def key_line_id(text: Column) -> Column:
+def key_line_id(text: Expr) -> Expr:
     """The ``id`` text of a Kafka key line (null for any other record)."""
-    return F.when(
+    return E.when(
         is_key_line(text),
-        F.coalesce(F.get_json_object(text, "$.id"), F.get_json_object(text, "$.payload.id")),
+        E.coalesce(E.get_json_object(text, "$.id"), E.get_json_object(text, "$.payload.id")),
     )
 
 
-def _envelope() -> Column:
-    names = [f.name for f in _ENVELOPE_FIELDS]
-    return F.when(F.col("j.payload").isNotNull(), F.col("j.payload")).otherwise(
-        F.struct(*[F.col(f"j.{n}").alias(n) for n in names])
-    )
+def _patch_parts(patch_text: Expr) -> Expr:
+    """A 1.x ``patch`` in parts, each text parsed once (null without a patch).
+
+    ``not_object``; ``replacement``, the whole document when the patch has no update operators;
+    the documents of fields it sets (``set``, the ``$v: 2`` diff's ``diff_u`` and ``diff_i``); the
+    names it removes (``unset``, from ``$unset`` and the diff's ``d``); ``nested``, a diff key
+    for a nested field.
+    """
+    no_names = E.array().cast("array<string>")
+
+    def parts(patch: Expr, ops: Expr, diff: Expr) -> Expr:
+        removed = [E.from_json(ops["$unset"], _TEXTS), E.from_json(diff["d"], _TEXTS)]
+        return E.struct(
+            patch.isNull().alias("not_object"),
+            E.when(ops.isNull(), patch_text).alias("replacement"),
+            ops["$set"].alias("set"),
+            diff["u"].alias("diff_u"),
+            diff["i"].alias("diff_i"),
+            E.flatten(E.array(*[E.coalesce(E.map_keys(r), no_names) for r in removed])).alias("unset"),
+            (E.size(E.array_except(E.map_keys(diff), E.array(E.lit("u"), E.lit("i"), E.lit("d")))) > 0).alias(
+                "nested"
+            ),
+        )
+
+    def with_patch(patch: Expr) -> Expr:
+        # An update operator is a key starting with $. In the keys' JSON text an element's opening
+        # quote follows [ or , (a quote inside a key is escaped), so this finds exactly those.
+        operators = E.to_json(E.map_keys(patch)).rlike(r'[\[,]"\$')
+        patch_ops = E.when(operators | E.map_contains_key(patch, "diff"), patch)
+        return let(
+            patch_ops, lambda ops: let(E.from_json(ops["diff"], _TEXTS), lambda diff: parts(patch, ops, diff))
+        )
+
+    return E.when(patch_text.isNotNull(), let(E.from_json(patch_text, _TEXTS), with_patch))
+
+
+def _any(conditions: list[Expr]) -> Expr:
+    return functools.reduce(operator.or_, conditions)
+
+
+def _any_dotted(names: Expr) -> Expr:
+    """Whether a name in the array has a dot (null names are none)."""
+    return E.array_join(names, ",").contains(".")
 
 
 class DebeziumMongodbDecoder(Decoder):
@@ -361,207 +439,191 @@ class DebeziumMongodbDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA, previous_max_chars=_KEY_LINE_MAX_CHARS)
-        staged = plan_barrier(self._documents(parsed))
-        return self._events(plan_barrier(self._images(staged)))
+        return self._events(self._images(self._converted(self._documents(parsed))))
 
     @staticmethod
     def _documents(parsed: DataFrame) -> DataFrame:
-        """Per record: its envelope, whether it is a key line, and every document it carries, converted."""
-        e = _envelope()
+        """Per record: the envelope fields read later, whether it is a key line, and the text of every
+        document it carries (with the names a partial update removes)."""
+        e = Envelope()
+        src = e["source"]
         description = e["updateDescription"]
-        patch = F.from_json(e["patch"], _TEXTS)
-        patch_ops = F.when(
-            F.exists(F.map_keys(patch), lambda k: k.startswith("$")) | F.map_contains_key(patch, "diff"),
-            patch,
-        )
-        diff = F.from_json(patch_ops["diff"], _TEXTS)
+        patch = _patch_parts(e["patch"])
+        no_names = E.array().cast("array<string>")
         # Fields set (documents) and removed (names) by a partial update, whatever its form.
-        unset_names = F.flatten(
-            F.array(
-                F.coalesce(description["removedFields"], F.array().cast("array<string>")),
-                F.coalesce(
-                    F.map_keys(F.from_json(patch_ops["$unset"], _TEXTS)), F.array().cast("array<string>")
-                ),
-                F.coalesce(F.map_keys(F.from_json(diff["d"], _TEXTS)), F.array().cast("array<string>")),
-            )
+        unset_names = E.flatten(
+            E.array(E.coalesce(description["removedFields"], no_names), E.coalesce(patch["unset"], no_names))
         )
-        nested_diff = F.exists(F.map_keys(diff), lambda k: ~k.isin("u", "i", "d"))
-        truncated = F.coalesce(F.trim(description["truncatedArrays"]).isin("[]", "null"), F.lit(True))
-        converted = {
+        truncated = E.coalesce(E.trim(description["truncatedArrays"]).isin("[]", "null"), E.lit(True))
+        documents = {
             "after_doc": e["after"],
             "before_doc": e["before"],
-            # A 1.x patch without update operators replaces the whole document.
-            "replacement_doc": F.when(e["patch"].isNotNull() & patch_ops.isNull(), e["patch"]),
+            "replacement_doc": patch["replacement"],
             "updated_doc": description["updatedFields"],
-            "set_doc": patch_ops["$set"],
-            "diff_u_doc": diff["u"],
-            "diff_i_doc": diff["i"],
+            "set_doc": patch["set"],
+            "diff_u_doc": patch["diff_u"],
+            "diff_i_doc": patch["diff_i"],
             "filter_doc": e["filter"],
-            "key_doc": _id_document(key_line_id(F.col("previous"))),
+            "key_doc": _id_document(key_line_id(E.col("previous"))),
         }
-        columns = []
-        for name, doc in converted.items():
-            c, not_object = converted_document(doc)
-            columns += [c.alias(name), not_object.alias(f"{name}_not_object")]
+        envelope = E.struct(
+            e["op"].alias("op"),
+            e["ts_ms"].alias("ts_ms"),
+            src.alias("source"),
+            e["transaction"].alias("transaction"),
+            e["status"].alias("status"),
+            (e["after"].isNull() & e["before"].isNull()).alias("no_documents"),
+        )
         return parsed.select(
-            "file",
-            "file_pos",
-            "line",
-            "text",
-            "tombstone",
-            "bad",
-            e.alias("e"),
-            is_key_line(F.col("text")).alias("is_key"),
-            (
-                F.exists(unset_names, lambda n: n.contains("."))
-                | F.coalesce(nested_diff, F.lit(False))
-                | ~truncated
-            ).alias("nested_unset"),
-            unset_names.alias("unset_names"),
-            (e["patch"].isNotNull() & patch.isNull()).alias("patch_not_object"),
-            *columns,
+            *_RECORD,
+            *E.columns(
+                envelope.alias("e"),
+                envelope_op(e["op"], src["snapshot"], _OPS).alias("op"),
+                E.when(src["collection"].isNotNull(), E.concat_ws(".", src["db"], src["collection"])).alias(
+                    "table"
+                ),
+                is_key_line(E.col("text")).alias("is_key"),
+                (_any_dotted(unset_names) | E.coalesce(patch["nested"], E.lit(False)) | ~truncated).alias(
+                    "nested_unset"
+                ),
+                unset_names.alias("unset_names"),
+                E.coalesce(patch["not_object"], E.lit(False)).alias("patch_not_object"),
+                *[doc.alias(f"{name}_text") for name, doc in documents.items()],
+            ),
+        )
+
+    @staticmethod
+    def _converted(documents: DataFrame) -> DataFrame:
+        """Every document converted, and whether its text is not a JSON object."""
+        columns = []
+        for name in _DOCUMENTS:
+            text = E.col(f"{name}_text")
+            converted = converted_document(text)
+            # Written twice, evaluated once (a common subexpression of one projection).
+            columns += [
+                converted.alias(name),
+                (text.isNotNull() & converted.isNull()).alias(f"{name}_not_object"),
+            ]
+        return documents.select(
+            *_RECORD,
+            "e",
+            "op",
+            "table",
+            "is_key",
+            "nested_unset",
+            "unset_names",
+            "patch_not_object",
+            *E.columns(columns),
         )
 
     @staticmethod
     def _images(staged: DataFrame) -> DataFrame:
-        e = F.col("e")
-        src = e["source"]
-        raw = e["op"]
-        op = F.lit(None).cast("string")
-        for code, canonical_op in _OPS.items():
-            op = F.when(raw == code, F.lit(canonical_op)).otherwise(op)
-        op = F.when(
-            (op == OP_INSERT) & F.lower(src["snapshot"]).isin(*_SNAPSHOT_TRUE), F.lit(OP_READ)
-        ).otherwise(op)
-        empty = F.create_map().cast(_CONVERTED)
-        sets = [F.col(n) for n in ("updated_doc", "set_doc", "diff_u_doc", "diff_i_doc")]
-        set_fields = F.lit(None).cast(_CONVERTED)
-        for s in sets:
-            set_fields = F.when(s.isNotNull(), _overlay(F.coalesce(set_fields, empty), s)).otherwise(
-                set_fields
-            )
-        unset = F.col("unset_names")
-        unset_fields = F.map_from_arrays(
-            unset,
-            F.transform(
-                unset,
-                lambda n: F.struct(
-                    F.lit(None).cast("variant").alias("v"),
-                    F.lit(None).cast("string").alias("t"),
-                    F.lit(True).alias("ok"),
-                ),
+        op = E.col("op")
+        empty = E.map().cast(_CONVERTED)
+        sets = [E.col(n) for n in ("updated_doc", "set_doc", "diff_u_doc", "diff_i_doc")]
+        # The sets given, overlaid in order.
+        any_set = _any([s.isNotNull() for s in sets])
+        set_fields = E.when(
+            any_set,
+            E.aggregate(
+                E.array(*sets), empty, lambda acc, s: E.when(s.isNull(), acc).otherwise(_overlay(acc, s))
             ),
         )
-        has_partial = set_fields.isNotNull() | (F.size(unset) > 0)
-        partial_fields = _overlay(F.coalesce(set_fields, empty), unset_fields)
+        set_names = E.concat(*[E.map_keys(E.coalesce(s, empty)) for s in sets])
+        unset = E.col("unset_names")
+        null_value = E.struct(
+            E.null("variant").alias("v"), E.null("string").alias("t"), E.lit(True).alias("ok")
+        )
+        unset_fields = E.map_from_arrays(unset, E.array_repeat(null_value, E.size(unset)))
+        has_partial = any_set | (E.size(unset) > 0)
+        partial_fields = _overlay_once(E.coalesce(set_fields, empty), unset_fields)
         # _id: the document's own, else the Kafka key, else the 1.x filter.
-        id_image = F.coalesce(
-            F.when(F.map_contains_key(F.col("key_doc"), KEY_COLUMN), _only_id(F.col("key_doc"))),
-            F.when(F.map_contains_key(F.col("filter_doc"), KEY_COLUMN), _only_id(F.col("filter_doc"))),
-            F.when(F.map_contains_key(F.col("before_doc"), KEY_COLUMN), _only_id(F.col("before_doc"))),
+        id_image = E.coalesce(
+            *[
+                E.when(E.map_contains_key(E.col(d), KEY_COLUMN), _only_id(E.col(d)))
+                for d in ("key_doc", "filter_doc", "before_doc")
+            ]
         )
-        full_after = F.coalesce(F.col("after_doc"), F.col("replacement_doc"))
-        after = F.when(op.isin(OP_INSERT, OP_READ, OP_UPDATE) & full_after.isNotNull(), full_after).when(
-            (op == OP_UPDATE) & has_partial, _overlay(F.coalesce(id_image, empty), partial_fields)
+        full_after = E.coalesce(E.col("after_doc"), E.col("replacement_doc"))
+        after = E.when(op.isin(OP_INSERT, OP_READ, OP_UPDATE) & full_after.isNotNull(), full_after).when(
+            (op == OP_UPDATE) & has_partial, _overlay_once(E.coalesce(id_image, empty), partial_fields)
         )
-        before = F.when(op == OP_DELETE, F.coalesce(F.col("before_doc"), id_image)).when(
-            op == OP_UPDATE, F.col("before_doc")
+        before = E.when(op == OP_DELETE, E.coalesce(E.col("before_doc"), id_image)).when(
+            op == OP_UPDATE, E.col("before_doc")
         )
-        docs = [
-            "after_doc",
-            "before_doc",
-            "replacement_doc",
-            "updated_doc",
-            "set_doc",
-            "diff_u_doc",
-            "diff_i_doc",
-            "filter_doc",
-            "key_doc",
-        ]
         return staged.select(
-            "file",
-            "file_pos",
-            "line",
-            "text",
-            "tombstone",
-            "bad",
+            *_RECORD,
             "e",
             "is_key",
-            op.alias("op"),
-            F.when(src["collection"].isNotNull(), F.concat_ws(".", src["db"], src["collection"])).alias(
-                "table"
+            "op",
+            "table",
+            *E.columns(
+                after.alias("after_c"),
+                before.alias("before_c"),
+                ((op == OP_UPDATE) & full_after.isNull() & has_partial).alias("partial"),
+                (
+                    (op == OP_UPDATE) & full_after.isNull() & (E.col("nested_unset") | _any_dotted(set_names))
+                ).alias("nested"),
+                _any([E.col(f"{d}_not_object") for d in _DOCUMENTS] + [E.col("patch_not_object")]).alias(
+                    "not_object"
+                ),
+                _any([failed(E.col(d)) for d in _DOCUMENTS]).alias("conversion_failed"),
             ),
-            after.alias("after_c"),
-            before.alias("before_c"),
-            ((op == OP_UPDATE) & full_after.isNull() & has_partial).alias("partial"),
-            (
-                (op == OP_UPDATE)
-                & full_after.isNull()
-                & (
-                    F.col("nested_unset")
-                    | F.exists(F.map_keys(F.coalesce(set_fields, empty)), lambda k: k.contains("."))
-                )
-            ).alias("nested"),
-            F.exists(
-                F.array(*[F.col(f"{d}_not_object") for d in docs], F.col("patch_not_object")), lambda x: x
-            ).alias("not_object"),
-            F.exists(F.array(*[failed(F.col(d)) for d in docs]), lambda x: x).alias("conversion_failed"),
         )
 
     @staticmethod
     def _events(images: DataFrame) -> DataFrame:
-        e = F.col("e")
+        e = E.col("e")
         src = e["source"]
-        op = F.col("op")
+        op = E.col("op")
         has_op = e["op"].isNotNull()
+        bad = E.col("bad")
+        after_c, before_c = E.col("after_c"), E.col("before_c")
         kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (F.col("bad").isNull() & F.col("is_key"), KIND_IGNORED, IGNORED_KAFKA_KEY),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (bad.isNull() & E.col("is_key"), KIND_IGNORED, IGNORED_KAFKA_KEY),
+            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
             (e["status"].isin("BEGIN", "END") & ~has_op, KIND_IGNORED, IGNORED_TRANSACTION),
             (
-                ~has_op & e["ts_ms"].isNotNull() & src.isNull() & e["after"].isNull() & e["before"].isNull(),
+                ~has_op & e["ts_ms"].isNotNull() & src.isNull() & e["no_documents"],
                 KIND_IGNORED,
                 IGNORED_HEARTBEAT,
             ),
             (~has_op, KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (F.col("not_object"), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
-            (F.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (F.col("nested"), KIND_QUARANTINED, Q_NESTED_UPDATE),
-            (
-                op.isin(OP_INSERT, OP_READ, OP_UPDATE) & F.col("after_c").isNull(),
-                KIND_QUARANTINED,
-                Q_MISSING_IMAGE,
-            ),
-            ((op == OP_DELETE) & F.col("before_c").isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
+            (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (E.col("not_object"), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
+            (E.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (E.col("nested"), KIND_QUARANTINED, Q_NESTED_UPDATE),
+            (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & after_c.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+            ((op == OP_DELETE) & before_c.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
         )
-        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        reason = E.when(reason == "<bad>", bad).otherwise(reason)
         is_change = kind == KIND_CHANGE
-        applied_image = F.when(op == OP_DELETE, F.col("before_c")).otherwise(F.col("after_c"))
-        types = types_of(applied_image)
+        applied_image = E.when(op == OP_DELETE, before_c).otherwise(after_c)
+        # Whether any value is declared, read off the structs (the types map is built once).
+        declares = E.size(E.array_compact(E.map_values(applied_image)["t"])) > 0
         return images.select(
             *canonical(
-                table=F.col("table"),
+                table=E.col("table"),
                 kind=kind,
-                op=F.when(is_change, op),
+                op=E.when(is_change, op),
                 reason=reason,
                 # A source.ts_ms of 0 is no time: the envelope's ts_ms (when the connector read it) is.
-                event_ms=F.coalesce(F.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
-                log_pos=F.when(
-                    src["ts_ms"].isNotNull() & src["ord"].isNotNull(), F.array(src["ts_ms"], src["ord"])
+                event_ms=E.coalesce(E.when(src["ts_ms"] != 0, src["ts_ms"]), e["ts_ms"]),
+                log_pos=E.when(
+                    src["ts_ms"].isNotNull() & src["ord"].isNotNull(), E.array(src["ts_ms"], src["ord"])
                 ),
-                sub_pos=F.lit(0),
+                sub_pos=E.lit(0),
                 tx_id=e["transaction"]["id"],
-                before=F.when(is_change, image_of(F.col("before_c"))).cast(IMAGE_TYPE),
-                after=F.when(is_change & (op != OP_DELETE), image_of(F.col("after_c"))).cast(IMAGE_TYPE),
-                partial=F.coalesce(is_change & F.col("partial"), F.lit(False)),
-                key_cols=F.array(F.lit(KEY_COLUMN)),
-                types=F.when(is_change & (F.size(types) > 0), types),
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+                before=E.when(is_change, image_of(before_c)),
+                after=E.when(is_change & (op != OP_DELETE), image_of(after_c)),
+                partial=E.coalesce(is_change & E.col("partial"), E.lit(False)),
+                key_cols=E.array(E.lit(KEY_COLUMN)),
+                types=E.when(is_change & declares, types_of(applied_image)),
+                file=E.col("file"),
+                file_pos=E.col("file_pos"),
+                line=E.col("line"),
+                raw=E.col("text"),
             )
         )

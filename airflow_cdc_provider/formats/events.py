@@ -9,8 +9,7 @@ declared type until the snapshot is typed per table.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import Column
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -22,6 +21,9 @@ from pyspark.sql.types import (
     StructType,
     VariantType,
 )
+
+from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 # op: what a row change does.
 OP_INSERT = "insert"
@@ -112,11 +114,12 @@ def position_text(file: str, line: int | None, file_pos: int, sub_pos: int | Non
     return f"{file} {where}"
 
 
-def canonical(**columns: Column) -> list[Column]:
+def canonical(**columns: Expr) -> list[Column]:
     """Select list in canonical order; columns not given are typed nulls.
 
     Decoders call this once with the columns they know, so a new canonical field never breaks
-    a decoder and every decoder's output has exactly the canonical schema.
+    a decoder and every decoder's output has exactly the canonical schema. Values built with
+    ``sqlexpr`` become one JVM call each.
     """
     unknown = set(columns) - set(CANONICAL_COLUMNS)
     if unknown:
@@ -125,38 +128,25 @@ def canonical(**columns: Column) -> list[Column]:
     for field in CANONICAL_EVENT_SCHEMA.fields:
         value = columns.get(field.name)
         if value is None:
-            value = F.lit(None)
-        out.append(value.cast(field.dataType).alias(field.name))
+            value = E.lit(None)
+        out.append(value.cast(field.dataType).alias(field.name).column())
     return out
 
 
-def classify(
-    *cases: tuple[Column, str, str],
-    default_kind: Column | str = KIND_CHANGE,
-) -> tuple[Column, Column]:
-    """Build (kind, reason) columns from ``(condition, kind, reason)`` cases, first match wins.
+def classify(*cases: tuple[Expr, str, str], default_kind: Expr | str = KIND_CHANGE) -> tuple[Expr, Expr]:
+    """Build (kind, reason) from ``(condition, kind, reason)`` cases, first match wins.
 
-    Keeps each decoder's list of "what makes a record bad" in one readable table.
+    Keeps each decoder's list of "what makes a record bad" in one readable table: one CASE each.
     """
-    kind = F.lit(default_kind) if isinstance(default_kind, str) else default_kind
-    reason: Column = F.lit(None).cast("string")
-    for condition, case_kind, case_reason in reversed(cases):
-        kind = F.when(condition, F.lit(case_kind)).otherwise(kind)
-        reason = F.when(condition, F.lit(case_reason)).otherwise(reason)
-    return kind, reason
+    default = E.lit(default_kind) if isinstance(default_kind, str) else default_kind
+    kind = E.when(cases[0][0], E.lit(cases[0][1]))
+    reason = E.when(cases[0][0], E.lit(cases[0][2]))
+    for condition, case_kind, case_reason in cases[1:]:
+        kind = kind.when(condition, E.lit(case_kind))
+        reason = reason.when(condition, E.lit(case_reason))
+    return kind.otherwise(default), reason.otherwise(E.null("string"))
 
 
-def empty_image() -> Column:
+def empty_image() -> Expr:
     """An image that carries no column (not the same as a null image)."""
-    return F.map_from_arrays(F.array(), F.array()).cast(IMAGE_TYPE)
-
-
-def plan_barrier(df: DataFrame) -> DataFrame:
-    """Stop Spark from inlining the expressions computed so far into every later reference.
-
-    Catalyst collapses adjacent projections and copies an expression into each place that uses
-    it; over a decoder's nested CASE/lambda expressions that multiplies plan size and planning
-    time. A filter whose condition is non-deterministic is neither pushed down nor removed, so the
-    projections on either side stay apart; it costs one comparison per row.
-    """
-    return df.where(F.rand(0) >= F.lit(0.0))
+    return E.map().cast(IMAGE_TYPE)

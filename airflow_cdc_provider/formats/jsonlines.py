@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     Q_NOT_JSON,
     Q_NOT_OBJECT,
@@ -31,6 +32,7 @@ from airflow_cdc_provider.formats.events import (
     Q_TYPE_MISMATCH,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 CORRUPT = "_corrupt_record"
 # Spark's variant size limit (16 MiB): a record longer than this cannot hold a decodable image.
@@ -54,35 +56,39 @@ def parse_json_records(
     """
     with_corrupt = StructType(list(schema.fields) + [StructField(CORRUPT, StringType())])
     records = read_records(spark, files)
-    text = F.col("text")
-    trimmed = F.trim(text)
-    records = records.where(~F.coalesce((trimmed == "") & (text != ""), F.lit(False)))
+    text = E.col("text")
+    # A blank line (whitespace only, not empty) is no record; an empty line is a Kafka tombstone.
+    blank = E.coalesce((E.trim(text) == "") & (text != ""), E.lit(False))
+    records = records.where((~blank).column())
     extra: list[Column] = []
     if previous_max_chars is not None:
         before = F.lag(F.struct("file_pos", "text"), 1).over(Window.partitionBy("file").orderBy("file_pos"))
         records = records.select("*", before.alias("_before"))
         extra = [
-            F.when(
-                (F.col("_before.file_pos") == F.col("file_pos") - 1)
-                & (F.length("_before.text") <= previous_max_chars),
-                F.col("_before.text"),
-            ).alias("previous")
+            E.when(
+                (E.col("_before.file_pos") == E.col("file_pos") - 1)
+                & (E.length("_before.text") <= previous_max_chars),
+                E.col("_before.text"),
+            )
+            .alias("previous")
+            .column()
         ]
-    tombstone = ~F.col("damaged") & ((text == "") | (trimmed == "null"))
-    unparsable = unparsable_reason(text, F.col("damaged"), F.col("not_utf8"))
-    parsed = F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"})
+    damaged = E.col("damaged")
+    tombstone = ~damaged & ((text == "") | (E.trim(text) == "null"))
+    unparsable = unparsable_reason(text, damaged, E.col("not_utf8"))
+    parsed = E.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT, "mode": "PERMISSIVE"})
     out = records.select(
         "file",
         "file_pos",
         "line",
         "text",
         "unterminated",
-        unparsable.alias("unparsable"),
-        F.when(unparsable.isNull(), parsed).alias("j"),
-        tombstone.alias("tombstone"),
+        unparsable.alias("unparsable").column(),
+        E.when(unparsable.isNull(), parsed).alias("j").column(),
+        tombstone.alias("tombstone").column(),
         *extra,
     )
-    bad = F.coalesce(F.col("unparsable"), diagnose(F.col("j." + CORRUPT), F.col("unterminated")))
+    bad = E.coalesce(E.col("unparsable"), diagnose(E.col("j." + CORRUPT), E.col("unterminated")))
     return out.select(
         "file",
         "file_pos",
@@ -90,34 +96,34 @@ def parse_json_records(
         "text",
         "j",
         "tombstone",
-        F.when(F.col("tombstone"), F.lit(None)).otherwise(bad).alias("bad"),
-        *([F.col("previous")] if extra else []),
+        E.when(E.col("tombstone"), E.lit(None)).otherwise(bad).alias("bad").column(),
+        *(["previous"] if extra else []),
     )
 
 
-def unparsable_reason(text: Column, damaged: Column, not_utf8: Column) -> Column:
+def unparsable_reason(text: Expr, damaged: Expr, not_utf8: Expr) -> Expr:
     """Quarantine reason for a record that is not handed to the JSON parser at all (null otherwise)."""
     return (
-        F.when(damaged, F.lit(Q_TRUNCATED))
-        .when(not_utf8, F.lit(Q_NOT_UTF8))
-        .when(F.octet_length(text) > F.lit(MAX_RECORD_BYTES), F.lit(Q_TOO_LARGE))
+        E.when(damaged, E.lit(Q_TRUNCATED))
+        .when(not_utf8, E.lit(Q_NOT_UTF8))
+        .when(E.octet_length(text) > MAX_RECORD_BYTES, E.lit(Q_TOO_LARGE))
     )
 
 
-def diagnose(corrupt: Column, unterminated: Column) -> Column:
+def diagnose(corrupt: Expr, unterminated: Expr) -> Expr:
     """Quarantine reason for a record Spark's JSON reader flagged (null when it parsed)."""
-    as_json = F.try_parse_json(corrupt)
-    kind = F.substring(F.schema_of_variant(as_json), 1, 6)
+    as_json = E.try_parse_json(corrupt)
+    kind = E.substring(E.schema_of_variant(as_json), 1, 6)
     return (
-        F.when(corrupt.isNull(), F.lit(None))
-        .when(as_json.isNull() & unterminated, F.lit(Q_TRUNCATED))
-        .when(as_json.isNull(), F.lit(Q_NOT_JSON))
-        .when(kind != "OBJECT", F.lit(Q_NOT_OBJECT))
-        .otherwise(F.lit(Q_TYPE_MISMATCH))
+        E.when(corrupt.isNull(), E.lit(None))
+        .when(as_json.isNull() & unterminated, E.lit(Q_TRUNCATED))
+        .when(as_json.isNull(), E.lit(Q_NOT_JSON))
+        .when(kind != "OBJECT", E.lit(Q_NOT_OBJECT))
+        .otherwise(E.lit(Q_TYPE_MISMATCH))
     )
 
 
-def images_not_objects(bad: Column, text: Column, *paths: str, arrays: bool = False) -> Column:
+def images_not_objects(bad: Expr, text: Expr, *paths: str, arrays: bool = False) -> Expr:
     """A record whose parse failed with a type mismatch because an image field is not an object.
 
     ``paths`` are the image fields (``$.before``); with ``arrays`` each must be an array of objects
@@ -125,18 +131,18 @@ def images_not_objects(bad: Column, text: Column, *paths: str, arrays: bool = Fa
     guard is a CASE, not ``bad = ... AND``, because ``bad`` is null for good records and SQL's
     ``NULL AND x`` evaluates ``x`` (that re-parsed every record and was most of Canal's decode time).
     """
-    v = F.try_parse_json(text)
+    v = E.try_parse_json(text)
 
-    def not_image(path: str) -> Column:
-        value = F.variant_get(v, path, "variant")
-        kind = F.schema_of_variant(value)
+    def not_image(path: str) -> Expr:
+        value = E.variant_get(v, path, "variant")
+        kind = E.schema_of_variant(value)
         if not arrays:
-            return ~F.substring(kind, 1, 6).isin("OBJECT", "VOID")
-        elements = F.try_variant_get(value, "$", "array<variant>")
-        bad_element = F.exists(
-            elements, lambda e: ~F.substring(F.schema_of_variant(e), 1, 6).isin("OBJECT", "VOID")
+            return ~E.substring(kind, 1, 6).isin("OBJECT", "VOID")
+        elements = E.try_variant_get(value, "$", "array<variant>")
+        bad_element = E.exists(
+            elements, lambda e: ~E.substring(E.schema_of_variant(e), 1, 6).isin("OBJECT", "VOID")
         )
         return ~kind.isin("VOID") & (~kind.startswith("ARRAY") | bad_element)
 
-    any_bad = functools.reduce(operator.or_, [F.coalesce(not_image(p), F.lit(False)) for p in paths])
-    return F.when(bad == Q_TYPE_MISMATCH, any_bad).otherwise(F.lit(False))
+    any_bad = functools.reduce(operator.or_, [E.coalesce(not_image(p), E.lit(False)) for p in paths])
+    return E.when(bad == Q_TYPE_MISMATCH, any_bad).otherwise(E.lit(False))

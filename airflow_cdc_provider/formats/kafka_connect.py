@@ -3,14 +3,16 @@
 Debezium (and CDL, which borrows the envelope) send ``{"schema": ..., "payload": ...}`` where the
 schema names each column's Connect type and logical type. This module maps them to Spark types
 and converts the JSON values (epoch days, epoch micros, Base64 bytes, two's-complement decimals)
-into typed variants, as Spark expressions over a per-record column -> (type, codec) map.
+into typed variants, as Spark expressions over a per-record column -> (type, codec) map (built
+as SQL text with ``sqlexpr``: these are the largest expressions a decoder plans).
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
+
+from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 # The column level of a Connect struct schema.
 COLUMN_SCHEMA = StructType(
@@ -73,77 +75,77 @@ _LOGICAL = {
 DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
 
 
-def column_types(columns: Column) -> Column:
+def column_types(columns: Expr) -> Expr:
     """``array<COLUMN_SCHEMA>`` -> ``map<column, struct<type, codec>>`` (null when no schema)."""
 
-    def entry(c: Column) -> Column:
+    def entry(c: Expr) -> Expr:
         name = c["name"]
-        plain_type = F.lit(None).cast("string")
+        plain_type = E.null("string")
         for connect, spark_type in _PLAIN.items():
-            plain_type = F.when(c["type"] == connect, F.lit(spark_type)).otherwise(plain_type)
-        spark_type = F.coalesce(plain_type, F.lit("string"))
-        codec = F.when(c["type"] == "bytes", F.lit("base64")).when(
-            c["type"].isin("struct", "array", "map"), F.lit("json")
+            plain_type = E.when(c["type"] == connect, E.lit(spark_type)).otherwise(plain_type)
+        spark_type = E.coalesce(plain_type, E.lit("string"))
+        codec = E.when(c["type"] == "bytes", E.lit("base64")).when(
+            c["type"].isin("struct", "array", "map"), E.lit("json")
         )
         for logical, (ltype, lcodec) in _LOGICAL.items():
-            spark_type = F.when(name == logical, F.lit(ltype)).otherwise(spark_type)
-            codec = F.when(name == logical, F.lit(lcodec)).otherwise(codec)
-        scale = F.coalesce(c["parameters"]["scale"], F.lit("0"))
-        precision = F.coalesce(c["parameters"]["connect.decimal.precision"], F.lit("38"))
+            spark_type = E.when(name == logical, E.lit(ltype)).otherwise(spark_type)
+            codec = E.when(name == logical, E.lit(lcodec)).otherwise(codec)
+        scale = E.coalesce(c["parameters"]["scale"], E.lit("0"))
+        precision = E.coalesce(c["parameters"]["connect.decimal.precision"], E.lit("38"))
         is_decimal = (name == DECIMAL_NAME) & (c["type"] == "bytes")
-        spark_type = F.when(is_decimal, F.format_string("decimal(%s,%s)", precision, scale)).otherwise(
+        spark_type = E.when(is_decimal, E.format_string("decimal(%s,%s)", precision, scale)).otherwise(
             spark_type
         )
-        codec = F.when(is_decimal, F.concat(F.lit("decimal:"), scale)).otherwise(codec)
-        return F.struct(
-            c["field"].alias("col"), F.struct(spark_type.alias("type"), codec.alias("codec")).alias("t")
+        codec = E.when(is_decimal, E.concat(E.lit("decimal:"), scale)).otherwise(codec)
+        return E.struct(
+            c["field"].alias("col"), E.struct(spark_type.alias("type"), codec.alias("codec")).alias("t")
         )
 
-    return F.when(columns.isNull(), F.lit(None)).otherwise(F.map_from_entries(F.transform(columns, entry)))
+    return E.when(columns.isNull(), E.lit(None)).otherwise(E.map_from_entries(E.transform(columns, entry)))
 
 
-def let(value: Column, body) -> Column:
+def let(value: Expr, body) -> Expr:
     """Bind ``value`` once and use it in ``body`` (a lambda), instead of copying its expression."""
-    return F.transform(F.array(value), body)[0]
+    return E.transform(E.array(value), body)[0]
 
 
-def _decimal_from_base64(b64: Column, scale: Column) -> Column:
+def _decimal_from_base64(b64: Expr, scale: Expr) -> Expr:
     """Two's-complement big-endian bytes (Base64) with a scale -> exact decimal variant.
 
     Up to 15 bytes (precision 36); a larger or malformed value gives null (quarantined).
     """
 
-    def unsigned(h: Column) -> Column:
-        high = F.conv(F.substring(h, 1, F.length(h) - 16), 16, 10).try_cast("decimal(38,0)")
-        low = F.conv(F.substring(h, F.greatest(F.length(h) - 15, F.lit(1)), 16), 16, 10).try_cast(
+    def unsigned(h: Expr) -> Expr:
+        high = E.conv(E.substring(h, 1, E.length(h) - 16), 16, 10).try_cast("decimal(38,0)")
+        low = E.conv(E.substring(h, E.greatest(E.length(h) - 15, E.lit(1)), 16), 16, 10).try_cast(
             "decimal(38,0)"
         )
-        two_pow_64 = F.lit("18446744073709551616").cast("decimal(38,0)")
-        return F.try_add(F.try_multiply(F.coalesce(high, F.lit(0).cast("decimal(38,0)")), two_pow_64), low)
+        two_pow_64 = E.lit("18446744073709551616").cast("decimal(38,0)")
+        return E.try_add(E.try_multiply(E.coalesce(high, E.lit(0).cast("decimal(38,0)")), two_pow_64), low)
 
-    def from_hex(h: Column) -> Column:
+    def from_hex(h: Expr) -> Expr:
         # Negative: the magnitude is the bitwise NOT (hex digit complement) plus one.
-        complement = F.translate(h, "0123456789ABCDEF", "FEDCBA9876543210")
-        negative = F.substring(h, 1, 1) >= "8"
-        signed = F.when(negative, -F.try_add(unsigned(complement), F.lit(1))).otherwise(unsigned(h))
-        return F.when((F.length(h) > 0) & (F.length(h) <= 30), signed.try_cast("decimal(38,0)"))
+        complement = E.translate(h, "0123456789ABCDEF", "FEDCBA9876543210")
+        negative = E.substring(h, 1, 1) >= "8"
+        signed = E.when(negative, -E.try_add(unsigned(complement), E.lit(1))).otherwise(unsigned(h))
+        return E.when((E.length(h) > 0) & (E.length(h) <= 30), signed.try_cast("decimal(38,0)"))
 
-    def to_text(u: Column) -> Column:
+    def to_text(u: Expr) -> Expr:
         s = scale.cast("int")
-        digits = F.lpad(F.abs(u).cast("string"), F.greatest(F.length(F.abs(u).cast("string")), s + 1), "0")
+        digits = E.lpad(E.abs(u).cast("string"), E.greatest(E.length(E.abs(u).cast("string")), s + 1), "0")
         return let(
             digits,
-            lambda d: F.concat(
-                F.when(u < 0, F.lit("-")).otherwise(F.lit("")),
-                F.substring(d, 1, F.length(d) - s),
-                F.when(s > 0, F.concat(F.lit("."), F.substring(d, F.length(d) - s + 1, 64))).otherwise(
-                    F.lit("")
+            lambda d: E.concat(
+                E.when(u < 0, E.lit("-")).otherwise(E.lit("")),
+                E.substring(d, 1, E.length(d) - s),
+                E.when(s > 0, E.concat(E.lit("."), E.substring(d, E.length(d) - s + 1, 64))).otherwise(
+                    E.lit("")
                 ),
             ),
         )
 
-    unscaled = let(F.hex(F.try_to_binary(b64, F.lit("base64"))), from_hex)
-    return let(unscaled, lambda u: F.when(u.isNotNull(), F.try_parse_json(to_text(u))))
+    unscaled = let(E.hex(E.try_to_binary(b64, "base64")), from_hex)
+    return let(unscaled, lambda u: E.when(u.isNotNull(), E.try_parse_json(to_text(u))))
 
 
 _NUMBER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT", "DECIMAL", "DOUBLE", "FLOAT")
@@ -151,12 +153,12 @@ _NUMBER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT", "DECIMAL", "DOUBLE", "F
 _BASE64 = r"^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
-def _is_number(v: Column) -> Column:
-    kind = F.schema_of_variant(v)
-    return F.exists(F.array(*[F.lit(k) for k in _NUMBER_KINDS]), lambda k: kind.startswith(k))
+def _is_number(v: Expr) -> Expr:
+    kind = E.schema_of_variant(v)
+    return E.exists(E.array(*[E.lit(k) for k in _NUMBER_KINDS]), lambda k: kind.startswith(k))
 
 
-def _decimal_value(v: Column, scale: Column) -> Column:
+def _decimal_value(v: Expr, scale: Expr) -> Expr:
     """A ``org.apache.kafka.connect.data.Decimal`` value in any of its JSON encodings -> exact decimal variant.
 
     - Base64 text of the two's-complement unscaled bytes (``decimal.format=BASE64``, the default);
@@ -166,79 +168,79 @@ def _decimal_value(v: Column, scale: Column) -> Column:
     all-digit text whose length is a multiple of 4 (``"1234"``) decodes as bytes, as Connect's own
     converter would. Anything else gives null (the record is quarantined).
     """
-    text = F.try_variant_get(v, "$", "string")
+    text = E.try_variant_get(v, "$", "string")
     # Re-parsing the number's text keeps every digit: JSON numbers land as exact decimals, and a
     # value the parser held as a double (exponent form) becomes a decimal when its text is one.
-    as_number = let(F.try_parse_json(F.trim(text)), lambda n: F.when(_is_number(n), n))
-    is_string = F.schema_of_variant(v) == "STRING"
+    as_number = let(E.try_parse_json(E.trim(text)), lambda n: E.when(_is_number(n), n))
+    is_string = E.schema_of_variant(v) == "STRING"
     return (
-        F.when(_is_number(v), as_number)
+        E.when(_is_number(v), as_number)
         .when(is_string & text.rlike(_BASE64), _decimal_from_base64(text, scale))
         .when(is_string, as_number)
     )
 
 
-def _time_text(micros: Column) -> Column:
-    return F.date_format(F.timestamp_micros(micros), "HH:mm:ss.SSSSSS")
+def _time_text(micros: Expr) -> Expr:
+    return E.date_format(E.timestamp_micros(micros), "HH:mm:ss.SSSSSS")
 
 
-def convert_value(v: Column, codec: Column) -> Column:
+def convert_value(v: Expr, codec: Expr) -> Expr:
     """A JSON value (variant) -> typed variant, by codec; null when it does not convert."""
-    as_text = F.try_variant_get(v, "$", "string")
-    as_long = F.try_variant_get(v, "$", "bigint")
-    decimal_scale = F.element_at(F.split(codec, ":"), 2)
+    as_text = E.try_variant_get(v, "$", "string")
+    as_long = E.try_variant_get(v, "$", "bigint")
+    decimal_scale = E.element_at(E.split(codec, ":"), 2)
     return (
-        F.when(codec.isNull() | (codec == "json"), v)
-        .when(codec == "base64", F.try_to_binary(as_text, F.lit("base64")).cast("variant"))
+        E.when(codec.isNull() | (codec == "json"), v)
+        .when(codec == "base64", E.try_to_binary(as_text, "base64").cast("variant"))
         .when(
             codec == "epoch_days",
-            F.date_add(F.lit("1970-01-01").cast("date"), as_long.cast("int")).cast("variant"),
+            E.date_add(E.lit("1970-01-01").cast("date"), as_long.cast("int")).cast("variant"),
         )
-        .when(codec == "epoch_ms", F.timestamp_millis(as_long).cast("variant"))
-        .when(codec == "epoch_us", F.timestamp_micros(as_long).cast("variant"))
-        .when(codec == "epoch_ns", F.timestamp_micros(F.floor(as_long / 1000)).cast("variant"))
-        .when(codec == "iso", F.try_to_timestamp(as_text).cast("variant"))
+        .when(codec == "epoch_ms", E.timestamp_millis(as_long).cast("variant"))
+        .when(codec == "epoch_us", E.timestamp_micros(as_long).cast("variant"))
+        .when(codec == "epoch_ns", E.timestamp_micros(E.floor(as_long / 1000)).cast("variant"))
+        .when(codec == "iso", E.try_to_timestamp(as_text).cast("variant"))
         .when(codec == "time_ms", _time_text(as_long * 1000).cast("variant"))
         .when(codec == "time_us", _time_text(as_long).cast("variant"))
-        .when(codec == "time_ns", _time_text(F.floor(as_long / 1000)).cast("variant"))
+        .when(codec == "time_ns", _time_text(E.floor(as_long / 1000)).cast("variant"))
         .when(codec.startswith("decimal:"), _decimal_value(v, decimal_scale.cast("int")))
         .when(
             codec == "vsdecimal",
             _decimal_from_base64(
-                F.try_variant_get(v, "$.value", "string"), F.try_variant_get(v, "$.scale", "int")
+                E.try_variant_get(v, "$.value", "string"), E.try_variant_get(v, "$.scale", "int")
             ),
         )
         .otherwise(v)
     )
 
 
-def convert_image(image: Column, declared: Column) -> Column:
+def convert_image(image: Expr, declared: Expr) -> Expr:
     """Convert every value of a ``map<string,variant>`` image by the declared codec of its column.
 
     Without a schema block there is nothing to convert; skipping the per-value walk then matters
     because higher-order functions run interpreted, not code-generated.
     """
-    converted = F.transform_values(
+    converted = E.transform_values(
         image,
-        lambda k, v: F.when(F.is_variant_null(v), v).otherwise(convert_value(v, declared[k]["codec"])),
+        lambda k, v: E.when(E.is_variant_null(v), v).otherwise(convert_value(v, declared[k]["codec"])),
     )
-    return F.when(declared.isNull(), image).otherwise(converted)
+    return E.when(declared.isNull(), image).otherwise(converted)
 
 
-def _fits(v: Column, spark_type: Column) -> Column:
+def _fits(v: Expr, spark_type: Expr) -> Expr:
     """Whether a JSON value can be read as the plain Spark type named by ``spark_type``."""
-    fits = F.lit(True)
+    fits = E.lit(True)
     for t in ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean"):
-        fits = F.when(spark_type == t, F.try_variant_get(v, "$", t).isNotNull()).otherwise(fits)
+        fits = E.when(spark_type == t, E.try_variant_get(v, "$", t).isNotNull()).otherwise(fits)
     return fits
 
 
-def image_conversion_failed(image: Column, converted: Column, declared: Column) -> Column:
+def image_conversion_failed(image: Expr, converted: Expr, declared: Expr) -> Expr:
     """True when a non-null value did not convert to its codec, or does not fit its declared type."""
-    failed = F.exists(
-        F.map_keys(image),
+    failed = E.exists(
+        E.map_keys(image),
         lambda k: (
-            ~F.is_variant_null(image[k])
+            ~E.is_variant_null(image[k])
             & (
                 converted[k].isNull()
                 | (
@@ -249,4 +251,4 @@ def image_conversion_failed(image: Column, converted: Column, declared: Column) 
             )
         ),
     )
-    return F.when(declared.isNull(), F.lit(False)).otherwise(failed)
+    return E.when(declared.isNull(), E.lit(False)).otherwise(failed)

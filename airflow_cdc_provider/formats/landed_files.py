@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from py4j.protocol import Py4JError
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.paths import (
@@ -32,7 +32,8 @@ from airflow_cdc_provider.contract.paths import (
     is_hidden,
     unreadable_compression,
 )
-from airflow_cdc_provider.formats.events import plan_barrier
+from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 # Files up to this size are read whole (exact line numbers, multi-line documents). Larger ones are
 # read in splits: reading 8 files of 30 MiB whole cost twice Spark's line reader, and a whole file
@@ -131,13 +132,13 @@ def _walk_directory(fs, top) -> Iterator[LandedFile]:
             yield LandedFile(uri, status.getLen(), status.getModificationTime(), relative=relative)
 
 
-def _strip_bom(text: Column) -> Column:
-    return F.when(text.startswith("\ufeff"), F.substring(text, 2, 2**31 - 1)).otherwise(text)
+def _strip_bom(text: Expr) -> Expr:
+    return E.when(text.startswith("\ufeff"), E.substring(text, 2, 2**31 - 1)).otherwise(text)
 
 
-def _strip_cr(text: Column) -> Column:
+def _strip_cr(text: Expr) -> Expr:
     # Plain comparisons, not regular expressions: this runs once per landed line.
-    return F.when(text.endswith("\r"), F.substring(text, 1, F.length(text) - 1)).otherwise(text)
+    return E.when(text.endswith("\r"), E.substring(text, 1, E.length(text) - 1)).otherwise(text)
 
 
 def _reader(spark: SparkSession):
@@ -156,59 +157,71 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     is checked on the whole file first; in a file that is not valid UTF-8, a line is flagged when
     it holds U+FFFD after the split (a genuine U+FFFD there is flagged too: set aside, never changed).
     """
-    files = (
+    value, content = E.col("value"), E.col("content")
+    # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
+    document = content.rlike(r"^\s*[\[{][ \t\r]*(\n|$)")
+    per_file = (
         _reader(spark)
         .text(paths, wholetext=True)
         .select(
-            F.col("_metadata.file_path").alias("file"),
-            _strip_bom(F.col("value")).alias("content"),
-            F.is_valid_utf8(F.col("value")).alias("utf8"),
+            *E.columns(
+                E.col("_metadata.file_path").alias("file"),
+                _strip_bom(value).alias("content"),
+                E.is_valid_utf8(value).alias("utf8"),
+            )
+        )
+        .select(
+            "file",
+            "utf8",
+            *E.columns(
+                document.alias("document"),
+                content.endswith("\n").alias("terminated"),
+                E.when(document, E.array(content)).otherwise(E.split(content, "\n")).alias("records"),
+            ),
         )
     )
-    # A file whose first non-blank line is a lone "{" or "[" is one pretty-printed document.
-    document = F.col("content").rlike(r"^\s*[\[{][ \t\r]*(\n|$)")
-    # Materialise the split once per file: expressions beside a generator are re-evaluated per output row.
-    per_file = files.select(
+    exploded = per_file.select(
         "file",
         "utf8",
-        document.alias("document"),
-        F.col("content").endswith("\n").alias("terminated"),
-        F.when(document, F.array(F.col("content")))
-        .otherwise(F.split(F.col("content"), "\n"))
-        .alias("records"),
-    ).select("file", "utf8", "document", "terminated", "records", F.size("records").alias("n"))
-    exploded = plan_barrier(per_file).select(
-        "file", "utf8", "document", "terminated", "n", F.posexplode("records").alias("idx", "text")
+        "document",
+        "terminated",
+        E.size("records").alias("n").column(),
+        F.posexplode("records").alias("idx", "text"),
     )
-    text = F.col("text")
-    last = F.col("idx") == F.col("n") - 1
-    return exploded.where(~(last & (text == "") & ~F.col("document"))).select(
+    text, idx = E.col("text"), E.col("idx")
+    last = idx == E.col("n") - 1
+    return exploded.where((~(last & (text == "") & ~E.col("document"))).column()).select(
         "file",
-        F.col("idx").cast("long").alias("file_pos"),
-        (F.col("idx") + 1).cast("long").alias("line"),
-        F.when(F.col("document"), text).otherwise(_strip_cr(text)).alias("text"),
-        (last & ~F.col("terminated") & ~F.col("document")).alias("unterminated"),
-        F.lit(False).alias("damaged"),
-        (~F.col("utf8") & (~F.is_valid_utf8(text) | (F.instr(text, "\ufffd") > 0))).alias("not_utf8"),
+        *E.columns(
+            idx.cast("long").alias("file_pos"),
+            (idx + 1).cast("long").alias("line"),
+            E.when(E.col("document"), text).otherwise(_strip_cr(text)).alias("text"),
+            (last & ~E.col("terminated") & ~E.col("document")).alias("unterminated"),
+            E.lit(False).alias("damaged"),
+            (~E.col("utf8") & (~E.is_valid_utf8(text) | (E.instr(text, "\ufffd") > 0))).alias("not_utf8"),
+        ),
     )
 
 
 def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
-    in_partition = F.monotonically_increasing_id().bitwiseAND(F.lit((1 << 33) - 1))
+    value = E.col("value")
+    in_partition = E.monotonically_increasing_id().bitwiseAND((1 << 33) - 1)
     return (
         _reader(spark)
         .text(paths)
         .select(
-            F.col("_metadata.file_path").alias("file"),
-            (F.col("_metadata.file_block_start") * F.lit(1 << _SPLIT_INDEX_BITS) + in_partition).alias(
-                "file_pos"
-            ),
-            F.lit(None).cast("long").alias("line"),
-            _strip_cr(_strip_bom(F.col("value"))).alias("text"),
-            # A split cannot see whether its last line ends the file; truncation is caught by parsing.
-            F.lit(False).alias("unterminated"),
-            F.lit(False).alias("damaged"),
-            (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
+            *E.columns(
+                E.col("_metadata.file_path").alias("file"),
+                (E.col("_metadata.file_block_start") * (1 << _SPLIT_INDEX_BITS) + in_partition).alias(
+                    "file_pos"
+                ),
+                E.null("long").alias("line"),
+                _strip_cr(_strip_bom(value)).alias("text"),
+                # A split cannot see whether its last line ends the file; truncation is caught by parsing.
+                E.lit(False).alias("unterminated"),
+                E.lit(False).alias("damaged"),
+                (~E.is_valid_utf8(value)).alias("not_utf8"),
+            )
         )
     )
 
@@ -252,7 +265,7 @@ def _salvaged_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         .select(
             F.col("_metadata.file_path").alias("file"),
             F.monotonically_increasing_id().alias("_read_order"),
-            _strip_cr(_strip_bom(F.col("value"))).alias("text"),
+            _strip_cr(_strip_bom(E.col("value"))).alias("text").column(),
             (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
         )
     )

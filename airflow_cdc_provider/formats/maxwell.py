@@ -20,10 +20,10 @@ drops take effect as for Canal (``formats.ddl``).
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.canal import declared_types
 from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
@@ -47,10 +47,11 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
-    plan_barrier,
+    empty_image,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _IMAGE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
@@ -89,32 +90,32 @@ _DDL_TYPES = (
 _COMMIT_ROW = 1 << 62
 
 
-def _lookup(table: dict[str, str], key: Column) -> Column:
-    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
-    return F.try_element_at(literal, key)
+def _lookup(table: dict[str, str], key: Expr) -> Expr:
+    literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
+    return E.try_element_at(literal, key)
 
 
-def overlay(base: Column, top: Column) -> Column:
+def overlay(base: Expr, top: Expr) -> Expr:
     """``base`` with ``top``'s values replacing its own, in ``base``'s column order; new columns follow."""
-    replaced = F.transform_values(
-        base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
+    replaced = E.transform_values(
+        base, lambda k, v: E.when(E.map_contains_key(top, k), E.try_element_at(top, k)).otherwise(v)
     )
-    return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
+    return E.map_concat(replaced, E.map_filter(top, lambda k, v: ~E.map_contains_key(base, k)))
 
 
-def seconds_or_millis(text: Column) -> Column:
+def seconds_or_millis(text: Expr) -> Expr:
     """Maxwell's ``ts`` as epoch ms: seconds, or milliseconds when it has 13 digits or more."""
-    t = F.trim(text)
+    t = E.trim(text)
     number = t.try_cast("bigint")
-    return F.when(t.rlike(r"^\d{13,}$"), number).otherwise(F.try_multiply(number, F.lit(1000)))
+    return E.when(t.rlike(r"^\d{13,}$"), number).otherwise(E.try_multiply(number, 1000))
 
 
-def binlog_position(position: Column) -> Column:
+def binlog_position(position: Expr) -> Expr:
     """``master.000003:1234`` -> ``[3, 1234]``; null when it does not read so."""
     pattern = r"^\s*\S*?(\d+)\s*:\s*(\d+)\s*$"
-    number = F.regexp_extract(position, pattern, 1).try_cast("bigint")
-    offset = F.regexp_extract(position, pattern, 2).try_cast("bigint")
-    return F.when(position.rlike(pattern) & number.isNotNull() & offset.isNotNull(), F.array(number, offset))
+    number = E.regexp_extract(position, pattern, 1).try_cast("bigint")
+    offset = E.regexp_extract(position, pattern, 2).try_cast("bigint")
+    return E.when(position.rlike(pattern) & number.isNotNull() & offset.isNotNull(), E.array(number, offset))
 
 
 class MaxwellJsonDecoder(Decoder):
@@ -127,33 +128,33 @@ class MaxwellJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        return self._events(plan_barrier(self._records(parsed)))
+        return self._events(self._records(parsed))
 
     @staticmethod
     def _records(parsed: DataFrame) -> DataFrame:
-        j = F.col("j")
-        type_ = F.lower(F.trim(j["type"]))
+        j = E.col("j")
+        type_ = E.lower(E.trim(j["type"]))
         is_ddl = type_.isin(*_DDL_TYPES)
         ts_ms = seconds_or_millis(j["ts"])
-        xid = F.trim(j["xid"]).try_cast("bigint")
-        commit = F.lower(F.trim(j["commit"])) == "true"
-        row = F.coalesce(
-            F.trim(j["xoffset"]).try_cast("bigint"),
-            F.when(commit, F.lit(_COMMIT_ROW).cast("bigint")),
-            F.lit(0).cast("bigint"),
+        xid = E.trim(j["xid"]).try_cast("bigint")
+        commit = E.lower(E.trim(j["commit"])) == "true"
+        row = E.coalesce(
+            E.trim(j["xoffset"]).try_cast("bigint"),
+            E.when(commit, E.lit(_COMMIT_ROW).cast("bigint")),
+            E.lit(0).cast("bigint"),
         )
         binlog = binlog_position(j["position"])
-        log_pos = F.when(
-            j["position"].isNotNull(), F.concat(F.array(F.lit(1).cast("bigint")), binlog, F.array(row))
-        ).when(ts_ms.isNotNull(), F.array(F.lit(0).cast("bigint"), F.floor(ts_ms / 1000), xid, row))
+        log_pos = E.when(
+            j["position"].isNotNull(), E.concat(E.array(E.lit(1).cast("bigint")), binlog, E.array(row))
+        ).when(ts_ms.isNotNull(), E.array(E.lit(0).cast("bigint"), E.floor(ts_ms / 1000), xid, row))
         pk = j["primary_key"]
-        pk_names = F.when(
-            F.startswith(F.schema_of_variant(pk), F.lit("OBJECT")),
-            F.map_keys(F.try_variant_get(pk, "$", "map<string,variant>")),
+        pk_names = E.when(
+            E.schema_of_variant(pk).startswith("OBJECT"),
+            E.map_keys(E.try_variant_get(pk, "$", "map<string,variant>")),
         )
-        key_cols = F.coalesce(
-            F.when(F.size(j["primary_key_columns"]) > 0, j["primary_key_columns"]),
-            F.when(F.size(pk_names) > 0, pk_names),
+        key_cols = E.coalesce(
+            E.when(E.size(j["primary_key_columns"]) > 0, j["primary_key_columns"]),
+            E.when(E.size(pk_names) > 0, pk_names),
         )
         return parsed.select(
             "file",
@@ -162,72 +163,75 @@ class MaxwellJsonDecoder(Decoder):
             "text",
             "tombstone",
             "bad",
-            j["type"].alias("type_text"),
-            type_.alias("type"),
-            is_ddl.alias("is_ddl"),
-            F.when(~is_ddl, _lookup(_ROW_OPS, type_)).alias("op"),
-            F.when(j["table"].isNotNull(), F.concat_ws(".", j["database"], j["table"])).alias("table"),
-            j["ts"].alias("ts_text"),
-            ts_ms.alias("event_ms"),
-            log_pos.alias("log_pos"),
-            (j["position"].isNotNull() & binlog.isNull()).alias("log_pos_unreadable"),
-            j["xid"].alias("tx_id"),
-            F.when(j["xid"].isNotNull() | j["commit"].isNotNull(), F.coalesce(commit, F.lit(False))).alias(
-                "tx_end"
+            *E.columns(
+                j["type"].alias("type_text"),
+                type_.alias("type"),
+                is_ddl.alias("is_ddl"),
+                E.when(~is_ddl, _lookup(_ROW_OPS, type_)).alias("op"),
+                E.when(j["table"].isNotNull(), E.concat_ws(".", j["database"], j["table"])).alias("table"),
+                j["ts"].alias("ts_text"),
+                ts_ms.alias("event_ms"),
+                log_pos.alias("log_pos"),
+                (j["position"].isNotNull() & binlog.isNull()).alias("log_pos_unreadable"),
+                j["xid"].alias("tx_id"),
+                E.when(
+                    j["xid"].isNotNull() | j["commit"].isNotNull(), E.coalesce(commit, E.lit(False))
+                ).alias("tx_end"),
+                key_cols.alias("key_cols"),
+                j["data"].alias("data"),
+                E.coalesce(j["old"], empty_image()).alias("old"),
+                E.when(is_ddl, declared_types(added_columns(j["sql"]), E.null("map<string,string>"))).alias(
+                    "ddl_types"
+                ),
+                E.when(is_ddl, dropped_columns(j["sql"])).alias("dropped"),
             ),
-            key_cols.alias("key_cols"),
-            j["data"].alias("data"),
-            F.coalesce(j["old"], F.create_map().cast(_IMAGE)).alias("old"),
-            F.when(
-                is_ddl, declared_types(added_columns(j["sql"]), F.lit(None).cast("map<string,string>"))
-            ).alias("ddl_types"),
-            F.when(is_ddl, dropped_columns(j["sql"])).alias("dropped"),
         )
 
     @staticmethod
     def _events(records: DataFrame) -> DataFrame:
-        op, data, type_ = F.col("op"), F.col("data"), F.col("type")
+        op, data, type_ = E.col("op"), E.col("data"), E.col("type")
+        bad = E.col("bad")
         kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                images_not_objects(F.col("bad"), F.col("text"), "$.data", "$.old"),
+                images_not_objects(bad, E.col("text"), "$.data", "$.old"),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
-            (F.col("type_text").isNull() | (type_ == ""), KIND_QUARANTINED, Q_MISSING_OP),
-            (F.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
+            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("type_text").isNull() | (type_ == ""), KIND_QUARANTINED, Q_MISSING_OP),
+            (E.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
             (type_.isin(*_BOOTSTRAP_MARKERS), KIND_IGNORED, IGNORED_BOOTSTRAP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (F.col("ts_text").isNotNull() & F.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (E.col("ts_text").isNotNull() & E.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             ((op == OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
             (data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
         )
-        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        reason = E.when(reason == "<bad>", bad).otherwise(reason)
         is_change = kind == KIND_CHANGE
         ddl = (kind == KIND_IGNORED) & (reason == IGNORED_DDL)
-        before = F.when(op == OP_DELETE, data).when(op == OP_UPDATE, overlay(data, F.col("old")))
+        before = E.when(op == OP_DELETE, data).when(op == OP_UPDATE, overlay(data, E.col("old")))
         return records.select(
             *canonical(
-                table=F.col("table"),
+                table=E.col("table"),
                 kind=kind,
-                op=F.when(is_change, op),
+                op=E.when(is_change, op),
                 reason=reason,
-                event_ms=F.col("event_ms"),
-                log_pos=F.col("log_pos"),
-                log_pos_unreadable=F.col("log_pos_unreadable"),
-                sub_pos=F.lit(0),
-                tx_id=F.col("tx_id"),
-                tx_end=F.col("tx_end"),
-                before=F.when(is_change, before).when(ddl, F.col("dropped")),
-                after=F.when(is_change & (op != OP_DELETE), data),
-                partial=F.lit(False),
-                key_cols=F.col("key_cols"),
-                types=F.when(ddl, F.col("ddl_types")),
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+                event_ms=E.col("event_ms"),
+                log_pos=E.col("log_pos"),
+                log_pos_unreadable=E.col("log_pos_unreadable"),
+                sub_pos=E.lit(0),
+                tx_id=E.col("tx_id"),
+                tx_end=E.col("tx_end"),
+                before=E.when(is_change, before).when(ddl, E.col("dropped")),
+                after=E.when(is_change & (op != OP_DELETE), data),
+                partial=E.lit(False),
+                key_cols=E.col("key_cols"),
+                types=E.when(ddl, E.col("ddl_types")),
+                file=E.col("file"),
+                file_pos=E.col("file_pos"),
+                line=E.col("line"),
+                raw=E.col("text"),
             )
         )

@@ -19,10 +19,10 @@ Transaction fields the formatter can add (``xid``, ``txind``) give ``tx_id`` and
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     IGNORED_TOMBSTONE,
@@ -45,6 +45,7 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _IMAGE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
@@ -75,32 +76,32 @@ _OPS = {
 _POS_DIGITS = 36
 
 
-def _lookup(table: dict[str, str], key: Column) -> Column:
-    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
-    return F.try_element_at(literal, key)
+def _lookup(table: dict[str, str], key: Expr) -> Expr:
+    literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
+    return E.try_element_at(literal, key)
 
 
-def op_millis(text: Column) -> Column:
+def op_millis(text: Expr) -> Expr:
     """``op_ts`` -> epoch ms: ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (or ISO with ``T``) in UTC unless it names an offset."""
-    t = F.trim(text)
-    with_zone = F.when(t.rlike(r"(?i)(Z|[+-]\d{2}:?\d{2})$"), t).otherwise(F.concat(t, F.lit("Z")))
-    return F.unix_millis(F.try_to_timestamp(with_zone))
+    t = E.trim(text)
+    with_zone = E.when(t.rlike(r"(?i)(Z|[+-]\d{2}:?\d{2})$"), t).otherwise(E.concat(t, E.lit("Z")))
+    return E.unix_millis(E.try_to_timestamp(with_zone))
 
 
-def trail_position(pos: Column) -> Column:
+def trail_position(pos: Expr) -> Expr:
     """``pos`` (digits, e.g. ``00000000000000000000143``) -> ``[high 18 digits, low 18 digits]``.
 
     Zero-padding to one width makes the element-wise order the string's (and the number's). Null
     for a position that is not 1 to 36 digits.
     """
-    p = F.trim(pos)
-    padded = F.lpad(p, _POS_DIGITS, "0")
+    p = E.trim(pos)
+    padded = E.lpad(p, _POS_DIGITS, "0")
     half = _POS_DIGITS // 2
-    parts = F.array(
-        F.substring(padded, 1, half).try_cast("bigint"),
-        F.substring(padded, half + 1, half).try_cast("bigint"),
+    parts = E.array(
+        E.substring(padded, 1, half).try_cast("bigint"),
+        E.substring(padded, half + 1, half).try_cast("bigint"),
     )
-    return F.when(p.rlike(rf"^\d{{1,{_POS_DIGITS}}}$"), parts)
+    return E.when(p.rlike(rf"^\d{{1,{_POS_DIGITS}}}$"), parts)
 
 
 class OggJsonDecoder(Decoder):
@@ -114,21 +115,22 @@ class OggJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        j = F.col("j")
-        op_text = F.upper(F.trim(j["op_type"]))
+        j = E.col("j")
+        op_text = E.upper(E.trim(j["op_type"]))
         op = _lookup(_OPS, op_text)
         before, after = j["before"], j["after"]
-        table = F.when(F.trim(j["table"]) != "", F.trim(j["table"]))
+        table = E.when(E.trim(j["table"]) != "", E.trim(j["table"]))
         event_ms = op_millis(j["op_ts"])
         position = trail_position(j["pos"])
+        bad = E.col("bad")
         kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                images_not_objects(F.col("bad"), F.col("text"), "$.before", "$.after"),
+                images_not_objects(bad, E.col("text"), "$.before", "$.after"),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
             (op_text.isNull() | (op_text == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
@@ -136,46 +138,46 @@ class OggJsonDecoder(Decoder):
             (op.isin(OP_INSERT, OP_UPDATE) & after.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
             ((op == OP_DELETE) & before.isNull() & after.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
         )
-        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        reason = E.when(reason == "<bad>", bad).otherwise(reason)
         is_change = kind == KIND_CHANGE
         # Compressed updates: the after image carries only the key and the changed columns. A full
         # image carries some column whose value did not change; without a before image nobody can tell.
-        key_names = F.coalesce(
-            F.when(F.size(j["primary_keys"]) > 0, j["primary_keys"]),
-            F.array(*[F.lit(c) for c in options.key_columns]).cast("array<string>"),
+        key_names = E.coalesce(
+            E.when(E.size(j["primary_keys"]) > 0, j["primary_keys"]),
+            E.array(*[E.lit(c) for c in options.key_columns]).cast("array<string>"),
         )
-        carries_unchanged = F.exists(
-            F.map_keys(after),
+        carries_unchanged = E.exists(
+            E.map_keys(after),
             lambda k: (
-                ~F.array_contains(key_names, k)
-                & F.map_contains_key(before, k)
-                & (F.to_json(before[k]) == F.to_json(after[k]))
+                ~E.array_contains(key_names, k)
+                & E.map_contains_key(before, k)
+                & (E.to_json(before[k]) == E.to_json(after[k]))
             ),
         )
-        partial = (op == OP_UPDATE) & (before.isNull() | ~F.coalesce(carries_unchanged, F.lit(False)))
-        txind = F.upper(F.trim(j["txind"]))
+        partial = (op == OP_UPDATE) & (before.isNull() | ~E.coalesce(carries_unchanged, E.lit(False)))
+        txind = E.upper(E.trim(j["txind"]))
         return parsed.select(
             *canonical(
                 table=table,
                 kind=kind,
-                op=F.when(is_change, op),
+                op=E.when(is_change, op),
                 reason=reason,
                 event_ms=event_ms,
                 log_pos=position,
                 log_pos_unreadable=j["pos"].isNotNull() & position.isNull(),
-                sub_pos=F.lit(0),
+                sub_pos=E.lit(0),
                 tx_id=j["xid"],
-                tx_end=F.when(txind.isNotNull(), txind.isin("E", "W")),
-                before=F.when(
+                tx_end=E.when(txind.isNotNull(), txind.isin("E", "W")),
+                before=E.when(
                     is_change,
-                    F.when(op == OP_DELETE, F.coalesce(before, after)).when(op == OP_UPDATE, before),
+                    E.when(op == OP_DELETE, E.coalesce(before, after)).when(op == OP_UPDATE, before),
                 ),
-                after=F.when(is_change & op.isin(OP_INSERT, OP_UPDATE), after),
-                partial=F.coalesce(is_change & partial, F.lit(False)),
-                key_cols=F.when(F.size(j["primary_keys"]) > 0, j["primary_keys"]),
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+                after=E.when(is_change & op.isin(OP_INSERT, OP_UPDATE), after),
+                partial=E.coalesce(is_change & partial, E.lit(False)),
+                key_cols=E.when(E.size(j["primary_keys"]) > 0, j["primary_keys"]),
+                file=E.col("file"),
+                file_pos=E.col("file_pos"),
+                line=E.col("line"),
+                raw=E.col("text"),
             )
         )

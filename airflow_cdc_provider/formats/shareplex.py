@@ -13,10 +13,10 @@ the dropped columns. Shareplex declares no types: values keep their JSON types.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
@@ -38,9 +38,11 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    empty_image,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
 RECORD_SCHEMA = StructType(
@@ -80,76 +82,71 @@ _OPS = {
     "UPD AFTER": _AFTER,
     "UPDATEAFTER": _AFTER,
 }
-_IMAGE = "map<string,variant>"
 
 
-def _lookup(table: dict[str, str], key: Column) -> Column:
-    literal = F.create_map(*[F.lit(x) for pair in table.items() for x in pair])
-    return F.try_element_at(literal, key)
+def _lookup(table: dict[str, str], key: Expr) -> Expr:
+    literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
+    return E.try_element_at(literal, key)
 
 
-def _op(raw: Column) -> Column:
-    normalised = F.regexp_replace(F.upper(F.trim(raw)), r"[\s_]+", " ")
+def _op(raw: Expr) -> Expr:
+    normalised = E.regexp_replace(E.upper(E.trim(raw)), r"[\s_]+", " ")
     return _lookup(_OPS, normalised)
 
 
-def event_millis(time: Column) -> Column:
+def event_millis(time: Expr) -> Expr:
     """``meta.time`` -> epoch ms. ISO text without an offset is UTC; digits are epoch seconds (ms if 13+)."""
-    t = F.trim(time)
+    t = E.trim(time)
     digits = t.rlike(r"^\d+$")
     has_zone = t.rlike(r"(?i)(Z|[+-]\d{2}:?\d{2})$")
-    instant = F.when(has_zone, t.try_cast("timestamp")).otherwise(
-        F.concat(t, F.lit("Z")).try_cast("timestamp")
+    instant = E.when(has_zone, t.try_cast("timestamp")).otherwise(
+        E.concat(t, E.lit("Z")).try_cast("timestamp")
     )
     number = t.try_cast("bigint")
     return (
-        F.when(digits & (F.length(t) >= 13), number)
-        .when(digits, F.try_multiply(number, F.lit(1000)))
-        .otherwise(F.unix_millis(instant))
+        E.when(digits & (E.length(t) >= 13), number)
+        .when(digits, E.try_multiply(number, 1000))
+        .otherwise(E.unix_millis(instant))
     )
 
 
-def transaction_number(trans: Column) -> Column:
+def transaction_number(trans: Expr) -> Expr:
     """``meta.trans`` as a number: digits as they are, Oracle ``usn.slot.sqn`` packed into 16+16+32 bits."""
-    parts = F.regexp_extract_all(trans, F.lit(r"(\d+)"), 1)
-    usn, slot, sqn = (F.try_element_at(parts, F.lit(i)).try_cast("bigint") for i in (1, 2, 3))
+    parts = E.regexp_extract_all(trans, r"(\d+)", 1)
+    usn, slot, sqn = (E.try_element_at(parts, i).try_cast("bigint") for i in (1, 2, 3))
     fits = (usn < 1 << 15) & (slot < 1 << 16) & (sqn < 1 << 32)
-    packed = F.shiftleft(usn, 48) + F.shiftleft(slot, 32) + sqn
-    return F.when(trans.rlike(r"^\s*\d+\s*$"), F.trim(trans).try_cast("bigint")).when(
+    packed = E.shiftleft(usn, 48) + E.shiftleft(slot, 32) + sqn
+    return E.when(trans.rlike(r"^\s*\d+\s*$"), E.trim(trans).try_cast("bigint")).when(
         trans.rlike(r"^\s*\d+\.\d+\.\d+\s*$") & fits, packed
     )
 
 
-def _overlay(base: Column, top: Column) -> Column:
+def _overlay(base: Expr, top: Expr) -> Expr:
     """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates).
 
     Replaced values keep their place in ``base`` and new columns follow, so an update's image keeps
     the row's column order (the key's) rather than moving the changed columns to the end.
     """
-    replaced = F.transform_values(
-        base, lambda k, v: F.when(F.map_contains_key(top, k), F.try_element_at(top, k)).otherwise(v)
+    replaced = E.transform_values(
+        base, lambda k, v: E.when(E.map_contains_key(top, k), E.try_element_at(top, k)).otherwise(v)
     )
-    return F.map_concat(replaced, F.map_filter(top, lambda k, v: ~F.map_contains_key(base, k)))
+    return E.map_concat(replaced, E.map_filter(top, lambda k, v: ~E.map_contains_key(base, k)))
 
 
-def _empty() -> Column:
-    return F.create_map().cast(_IMAGE)
-
-
-def rowid_wanted(options: DecodeOptions, table: Column) -> Column:
+def rowid_wanted(options: DecodeOptions, table: Expr) -> Expr:
     """Whether ``table``'s rows carry ``rowid``: under ``--with-metadata``, or when its key includes it.
 
     The key is resolved as the engine resolves ``--key``: ``--key TABLE=COLS`` (the table's qualified
     name or its last part) overrides the default ``--key COLS``, the last matching entry winning.
     """
     if options.with_metadata:
-        return F.lit(True)
-    wanted = F.lit(ROWID_COLUMN in options.key_columns)
+        return E.lit(True)
+    wanted = E.lit(ROWID_COLUMN in options.key_columns)
     for name, cols in options.table_keys.items():
-        wanted = F.when((table == name) | table.endswith("." + name), F.lit(ROWID_COLUMN in cols)).otherwise(
+        wanted = E.when((table == name) | table.endswith("." + name), E.lit(ROWID_COLUMN in cols)).otherwise(
             wanted
         )
-    return F.coalesce(wanted, F.lit(False))
+    return E.coalesce(wanted, E.lit(False))
 
 
 class ShareplexJsonDecoder(Decoder):
@@ -169,15 +166,15 @@ class ShareplexJsonDecoder(Decoder):
 
     @staticmethod
     def _records(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
-        meta = F.col("j.meta")
-        data, key = F.col("j.data"), F.col("j.key")
-        idx = F.split(meta["idx"], "/")
-        seq = F.coalesce(meta["seq"].try_cast("bigint"), F.try_element_at(idx, F.lit(1)).try_cast("bigint"))
-        size = F.coalesce(meta["size"].try_cast("bigint"), F.try_element_at(idx, F.lit(2)).try_cast("bigint"))
-        fallback_table = F.lit(options.table).cast("string")
-        table = F.coalesce(meta["table"], fallback_table)
+        meta = E.col("j.meta")
+        data, key = E.col("j.data"), E.col("j.key")
+        idx = E.split(meta["idx"], "/")
+        seq = E.coalesce(meta["seq"].try_cast("bigint"), E.try_element_at(idx, 1).try_cast("bigint"))
+        size = E.coalesce(meta["size"].try_cast("bigint"), E.try_element_at(idx, 2).try_cast("bigint"))
+        fallback_table = E.lit(options.table).cast("string")
+        table = E.coalesce(meta["table"], fallback_table)
         # Only a rowid the rows carry may identify a row (a delete that names nothing else).
-        rowid = F.when(rowid_wanted(options, table), meta["rowid"])
+        rowid = E.when(rowid_wanted(options, table), meta["rowid"])
         return parsed.select(
             "file",
             "file_pos",
@@ -185,114 +182,117 @@ class ShareplexJsonDecoder(Decoder):
             "text",
             "tombstone",
             "bad",
-            meta["op"].alias("op_text"),
-            _op(meta["op"]).alias("op"),
-            table.alias("table"),
-            meta["time"].alias("time_text"),
-            event_millis(meta["time"]).alias("event_ms"),
-            meta["scn"].try_cast("bigint").alias("scn"),
-            transaction_number(meta["trans"]).alias("trans_number"),
-            meta["trans"].alias("trans"),
-            seq.alias("seq"),
-            (seq == size).alias("tx_end"),
-            rowid.alias("rowid"),
-            F.when(rowid.isNotNull(), F.create_map(F.lit(ROWID_COLUMN), rowid.cast("variant")))
-            .otherwise(_empty())
-            .alias("rowid_image"),
-            data.isNotNull().alias("has_data"),
-            key.isNotNull().alias("has_key"),
-            data.alias("data"),
-            key.alias("key"),
+            *E.columns(
+                meta["op"].alias("op_text"),
+                _op(meta["op"]).alias("op"),
+                table.alias("table"),
+                meta["time"].alias("time_text"),
+                event_millis(meta["time"]).alias("event_ms"),
+                meta["scn"].try_cast("bigint").alias("scn"),
+                transaction_number(meta["trans"]).alias("trans_number"),
+                meta["trans"].alias("trans"),
+                seq.alias("seq"),
+                (seq == size).alias("tx_end"),
+                rowid.alias("rowid"),
+                E.when(rowid.isNotNull(), E.map(E.lit(ROWID_COLUMN), rowid.cast("variant")))
+                .otherwise(empty_image())
+                .alias("rowid_image"),
+                data.isNotNull().alias("has_data"),
+                key.isNotNull().alias("has_key"),
+                data.alias("data"),
+                key.alias("key"),
+            ),
         )
 
     @staticmethod
     def _paired(records: DataFrame) -> DataFrame:
         """Give each UPDATE AFTER the values of the UPDATE BEFORE just before it in its transaction."""
-        pair_op = F.col("op").isin(_BEFORE, _AFTER)
+        op, file = E.col("op"), E.col("file")
+        pair_op = op.isin(_BEFORE, _AFTER)
         # Other records get a group of their own: they take part in the window but never pair.
-        group = F.when(
-            pair_op, F.coalesce(F.col("trans"), F.concat(F.lit("file "), F.col("file")))
-        ).otherwise(F.concat(F.col("file"), F.lit(" "), F.col("file_pos").cast("string")))
-        w = Window.partitionBy(F.col("table"), group).orderBy(F.col("seq"), F.col("file"), F.col("file_pos"))
-        previous = F.lag(F.struct("op", "data", "key"), 1).over(w)
-        paired_before = F.when(
-            (F.col("op") == _AFTER) & (previous["op"] == _BEFORE),
-            _overlay(F.coalesce(previous["key"], _empty()), F.coalesce(previous["data"], _empty())),
+        group = E.when(pair_op, E.coalesce("trans", E.concat(E.lit("file "), file))).otherwise(
+            E.concat(file, E.lit(" "), E.col("file_pos").cast("string"))
         )
-        return records.select("*", paired_before.alias("paired_before"))
+        order = ", ".join(E.col(c).sql for c in ("seq", "file", "file_pos"))
+        window = f"OVER (PARTITION BY {E.col('table').sql}, {group.sql} ORDER BY {order})"
+        previous = Expr(f"(lag({E.struct('op', 'data', 'key').sql}, 1) {window})")
+        paired_before = E.when(
+            (op == _AFTER) & (previous["op"] == _BEFORE),
+            _overlay(E.coalesce(previous["key"], empty_image()), E.coalesce(previous["data"], empty_image())),
+        )
+        return records.select("*", paired_before.alias("paired_before").column())
 
     @staticmethod
     def _events(paired: DataFrame) -> DataFrame:
-        op, data, key = F.col("op"), F.col("data"), F.col("key")
-        has_data, has_key = F.col("has_data"), F.col("has_key")
+        op, data, key = E.col("op"), E.col("data"), E.col("key")
+        has_data, has_key = E.col("has_data"), E.col("has_key")
+        bad = E.col("bad")
         kind, reason = classify(
-            (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
-                images_not_objects(F.col("bad"), F.col("text"), "$.data", "$.key"),
+                images_not_objects(bad, E.col("text"), "$.data", "$.key"),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (F.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
-            (F.col("op_text").isNull() | (F.trim(F.col("op_text")) == ""), KIND_QUARANTINED, Q_MISSING_OP),
+            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("op_text").isNull() | (E.trim("op_text") == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (F.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (F.col("time_text").isNotNull() & F.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+            (E.col("time_text").isNotNull() & E.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (op == _DROP_COLUMN, KIND_IGNORED, IGNORED_DDL),
             (op == _BEFORE, KIND_IGNORED, IGNORED_UPDATE_BEFORE),
             (op.isin(OP_INSERT, OP_UPDATE, _AFTER) & ~has_data, KIND_QUARANTINED, Q_MISSING_IMAGE),
             (
-                (op == OP_DELETE) & ~has_data & ~has_key & F.col("rowid").isNull(),
+                (op == OP_DELETE) & ~has_data & ~has_key & E.col("rowid").isNull(),
                 KIND_QUARANTINED,
                 Q_KEY_UNKNOWN,
             ),
         )
-        reason = F.when(reason == "<bad>", F.col("bad")).otherwise(reason)
+        reason = E.when(reason == "<bad>", bad).otherwise(reason)
 
         # rowid goes last: the table's own columns keep their order before it.
-        rowid_image = F.col("rowid_image")
-        key_image = F.coalesce(key, _empty())
-        data_image = F.coalesce(data, _empty())
-        old_values = F.coalesce(F.col("paired_before"), _empty())
+        rowid_image = E.col("rowid_image")
+        key_image = E.coalesce(key, empty_image())
+        data_image = E.coalesce(data, empty_image())
+        old_values = E.coalesce(E.col("paired_before"), empty_image())
         identified = _overlay(old_values, key_image)  # what the record says the row was
         before = (
-            F.when(op == OP_DELETE, _overlay(_overlay(key_image, data_image), rowid_image))
+            E.when(op == OP_DELETE, _overlay(_overlay(key_image, data_image), rowid_image))
             .when(
-                op.isin(OP_UPDATE, _AFTER) & (F.size(identified) + F.size(rowid_image) > 0),
+                op.isin(OP_UPDATE, _AFTER) & (E.size(identified) + E.size(rowid_image) > 0),
                 _overlay(identified, rowid_image),
             )
             # DROP COLUMN: the columns it removes, with no values.
             .when(
                 op == _DROP_COLUMN,
-                F.transform_values(
-                    F.when(has_data, data_image).otherwise(key_image),
-                    lambda k, v: F.lit(None).cast("variant"),
+                E.transform_values(
+                    E.when(has_data, data_image).otherwise(key_image),
+                    lambda k, v: E.null("variant"),
                 ),
             )
         )
-        after = F.when(
+        after = E.when(
             op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(_overlay(identified, data_image), rowid_image)
         )
         is_change = kind == KIND_CHANGE
-        canonical_op = F.when(op.isin(_AFTER), F.lit(OP_UPDATE)).otherwise(op)
+        canonical_op = E.when(op.isin(_AFTER), E.lit(OP_UPDATE)).otherwise(op)
         return paired.select(
             *canonical(
-                table=F.col("table"),
+                table=E.col("table"),
                 kind=kind,
-                op=F.when(is_change, canonical_op),
+                op=E.when(is_change, canonical_op),
                 reason=reason,
-                event_ms=F.col("event_ms"),
-                log_pos=F.when(
-                    F.col("scn").isNotNull(), F.array(F.col("scn"), F.col("trans_number"), F.col("seq"))
-                ),
-                sub_pos=F.lit(0),
-                tx_id=F.col("trans"),
-                tx_end=F.col("tx_end"),
-                before=F.when(is_change | ((kind == KIND_IGNORED) & (op == _DROP_COLUMN)), before),
-                after=F.when(is_change, after),
-                partial=F.when(is_change, op.isin(OP_UPDATE, _AFTER)),
-                file=F.col("file"),
-                file_pos=F.col("file_pos"),
-                line=F.col("line"),
-                raw=F.col("text"),
+                event_ms=E.col("event_ms"),
+                log_pos=E.when(E.col("scn").isNotNull(), E.array("scn", "trans_number", "seq")),
+                sub_pos=E.lit(0),
+                tx_id=E.col("trans"),
+                tx_end=E.col("tx_end"),
+                before=E.when(is_change | ((kind == KIND_IGNORED) & (op == _DROP_COLUMN)), before),
+                after=E.when(is_change, after),
+                partial=E.when(is_change, op.isin(OP_UPDATE, _AFTER)),
+                file=E.col("file"),
+                file_pos=E.col("file_pos"),
+                line=E.col("line"),
+                raw=E.col("text"),
             )
         )

@@ -14,11 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 KIND_JSON, KIND_CSV, KIND_PARQUET, KIND_AVRO = "json", "csv", "parquet", "avro"
 # Parquet types the engine accepts in `types` (simpleString of the Spark type).
@@ -65,9 +65,10 @@ def declared_type(data_type: DataType) -> str | None:
     return name if name in DECLARABLE_TYPES or name.startswith("decimal(") else None
 
 
-def column(name: str) -> Column:
-    """A top-level column by its exact name (dots and backticks in Parquet names are literal)."""
-    return F.col("`" + name.replace("`", "``") + "`")
+def column_expr(name: str) -> Expr:
+    """A top-level column by its exact name, named ``name`` (dots and backticks in Parquet names are
+    literal; ``E.col`` would split the name at dots)."""
+    return Expr("`" + name.replace("`", "``") + "`", name)
 
 
 def parquet_frames(spark: SparkSession, paths: Iterable[str]) -> list[DataFrame]:

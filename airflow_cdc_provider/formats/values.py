@@ -11,8 +11,8 @@ become a quarantined record (the caller compares input and output nulls), never 
 
 from __future__ import annotations
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 
@@ -35,35 +35,35 @@ REPLICATE_TYPES = {
 }
 
 
-def text_to_variant(text: Column, spark_type: Column) -> Column:
+def text_to_variant(text: Expr, spark_type: Expr) -> Expr:
     """Convert a text value to a variant holding the Spark type named by ``spark_type``.
 
-    ``spark_type`` is a per-row column (the type differs per column and record). Decimals keep
+    ``spark_type`` is a per-row value (the type differs per column and record). Decimals keep
     their exact digits (parsed as JSON numbers), binary is Base64, dates and timestamps are ISO
     text (timestamps without an offset are UTC). Unknown type names keep the text as a string.
     """
-    t = F.lower(spark_type)
-    number = F.try_parse_json(text)
-    is_number = F.substring(F.schema_of_variant(number), 1, 3).isin(
+    t = E.lower(spark_type)
+    number = E.try_parse_json(text)
+    is_number = E.substring(E.schema_of_variant(number), 1, 3).isin(
         "BIG", "INT", "DEC", "DOU", "FLO", "SMA", "TIN"
     )
     return (
-        F.when(text.isNull(), F.lit(None).cast("variant"))
+        E.when(text.isNull(), E.null("variant"))
         .when(t.isin(*_INTEGRAL), _integral(text, t))
         .when(t == "float", text.try_cast("float").cast("variant"))
         .when(t == "double", text.try_cast("double").cast("variant"))
-        .when(t.startswith("decimal"), F.when(is_number, number))
+        .when(t.startswith("decimal"), E.when(is_number, number))
         .when(t == "boolean", _boolean(text).cast("variant"))
-        .when(t == "date", F.try_to_date(text).cast("variant"))
-        .when(t == "timestamp", F.try_to_timestamp(text).cast("variant"))
-        .when(t == "binary", F.try_to_binary(text, F.lit("base64")).cast("variant"))
+        .when(t == "date", E.try_to_date(text).cast("variant"))
+        .when(t == "timestamp", E.try_to_timestamp(text).cast("variant"))
+        .when(t == "binary", E.try_to_binary(text, "base64").cast("variant"))
         .otherwise(text.cast("variant"))
     )
 
 
-def _integral(text: Column, t: Column) -> Column:
+def _integral(text: Expr, t: Expr) -> Expr:
     return (
-        F.when(t == "tinyint", text.try_cast("tinyint"))
+        E.when(t == "tinyint", text.try_cast("tinyint"))
         .when(t == "smallint", text.try_cast("smallint"))
         .when(t == "int", text.try_cast("int"))
         .otherwise(text.try_cast("bigint"))
@@ -71,21 +71,21 @@ def _integral(text: Column, t: Column) -> Column:
     )
 
 
-def _boolean(text: Column) -> Column:
-    lowered = F.lower(F.trim(text))
-    return F.when(lowered.isin("true", "t", "1", "y", "yes"), F.lit(True)).when(
-        lowered.isin("false", "f", "0", "n", "no"), F.lit(False)
+def _boolean(text: Expr) -> Expr:
+    lowered = E.lower(E.trim(text))
+    return E.when(lowered.isin("true", "t", "1", "y", "yes"), E.lit(True)).when(
+        lowered.isin("false", "f", "0", "n", "no"), E.lit(False)
     )
 
 
-def text_image(image: Column, types: Column) -> Column:
+def text_image(image: Expr, types: Expr) -> Expr:
     """Convert a ``map<string,string>`` row image to ``map<string,variant>`` by a ``types`` map."""
-    return F.transform_values(image, lambda k, v: text_to_variant(v, types[k]))
+    return E.transform_values(image, lambda k, v: text_to_variant(v, types[k]))
 
 
-def failed_conversions(text_image_col: Column, typed_image_col: Column) -> Column:
+def failed_conversions(text_image_col: Expr, typed_image_col: Expr) -> Expr:
     """True when some non-null text value did not convert (the record goes to quarantine)."""
-    return F.exists(
-        F.map_keys(text_image_col),
+    return E.exists(
+        E.map_keys(text_image_col),
         lambda k: text_image_col[k].isNotNull() & typed_image_col[k].isNull(),
     )

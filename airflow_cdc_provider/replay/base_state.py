@@ -26,6 +26,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
@@ -155,22 +156,15 @@ def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
     ``line`` are that event's, so ``--with-metadata`` shows what a full rebuild shows.
     """
     last = F.col("last")
-    ordering = F.struct(
-        last["log_pos"].alias("log_pos"),
-        last["event_ms"].alias("event_ms"),
-        F.coalesce(last["file"], F.lit("")).alias("file"),  # never null; typed non-null like an event's
-        F.coalesce(last["file_pos"], F.lit(-1).cast("bigint")).alias("file_pos"),
-        F.coalesce(last["sub_pos"], F.lit(0)).alias("sub_pos"),
-    )
     values = {
         "table": F.col("table"),
         "kind": F.lit(KIND_CHANGE),
         "op": last["op"],
         "event_ms": last["event_ms"],
         "log_pos": last["log_pos"],
-        "file": last["file"],
-        "file_pos": last["file_pos"],
-        "sub_pos": last["sub_pos"],
+        "file": F.coalesce(last["file"], F.lit("")),  # never null, like an event's
+        "file_pos": F.coalesce(last["file_pos"], F.lit(-1).cast("bigint")),
+        "sub_pos": F.coalesce(last["sub_pos"], F.lit(0)),
         "line": last["line"],
         "after": F.when(F.col("exists"), F.col("image")),
         "partial": F.lit(False),
@@ -178,7 +172,6 @@ def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
         "_key_cols": F.col("key_names"),
         "_new_key": F.col("_key"),
         "_old_key": F.col("_key"),
-        "_ord": ordering,
         "_tag": F.lit(TAG_ROW),
         "_key": F.col("_key"),
         "_applied": F.lit(True),
@@ -204,16 +197,27 @@ def carried_as_resolved(rows: DataFrame, resolved: DataFrame) -> DataFrame:
         "last_event_ms": F.col("last.event_ms"),
         "key_names": F.col("key_names"),
         "exists": F.col("exists"),
-        "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image()),
+        "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image().column()),
     }
     return _shaped(rows, values, resolved.schema)
+
+
+def _nullable(data_type: DataType) -> DataType:
+    """``data_type`` with every nested field nullable: a stored value may lack what an event always has."""
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(data_type.keyType, _nullable(data_type.valueType), True)
+    return data_type
 
 
 def _shaped(rows: DataFrame, values: dict, schema) -> DataFrame:
     """``rows`` as ``schema``'s columns, in order: the given values, null for the rest."""
     return rows.select(
         *[
-            (values[f.name] if f.name in values else F.lit(None)).cast(f.dataType).alias(f.name)
+            (values[f.name] if f.name in values else F.lit(None)).cast(_nullable(f.dataType)).alias(f.name)
             for f in schema.fields
         ]
     )

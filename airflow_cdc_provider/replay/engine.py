@@ -312,7 +312,7 @@ def _write_shown(
             events.where((F.col("table") == table) & (F.col("types")[col] == spark_type))
             .select(
                 F.min_by(
-                    F.struct(ordering(events).alias("o"), F.col("file").alias("f")), ordering(events)
+                    F.struct(ordering().column().alias("o"), F.col("file").alias("f")), ordering().column()
                 ).alias("m")
             )
             .first()["m"]
@@ -336,7 +336,7 @@ def _write_shown(
         )
     typing_inputs = schema_inputs(resolved, groups, base_inputs)
     key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(groups)
-    schemas = table_schemas(resolved, tables, first_seen, key_columns, typing_inputs)
+    schemas = table_schemas(groups, tables, first_seen, key_columns, typing_inputs)
     table_paths: dict[str, str] = {}
     for table in tables:
         columns = schemas[table].columns

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, StringType, StructField, StructType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IMAGE_TYPE,
@@ -34,8 +35,8 @@ from airflow_cdc_provider.formats.events import (
     OP_UPDATE,
     Q_MISSING_KEY,
     empty_image,
-    plan_barrier,
 )
+from airflow_cdc_provider.formats.sqlexpr import Expr
 
 # Group tags.
 TAG_ROW = "R"  # a keyed row change
@@ -56,30 +57,35 @@ class KeyConfig:
     default: tuple[str, ...] = ()
     per_table: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
-    def column_for(self, table: Column) -> Column:
-        keys: Column = F.lit(list(self.default)) if self.default else F.lit(None).cast("array<string>")
+    def for_table(self, table: Expr, value) -> Expr:
+        """``value(cols)`` for the key columns configured for ``table`` (``value(())`` for none)."""
+        out = value(self.default)
         for name, cols in self.per_table:
-            keys = F.when((table == name) | table.endswith("." + name), F.lit(list(cols))).otherwise(keys)
-        return keys
+            out = E.when((table == name) | table.endswith("." + name), value(cols)).otherwise(out)
+        return out
+
+    def names(self, table: Expr) -> Expr:
+        """The key column names configured for ``table`` (null when none)."""
+        return self.for_table(table, lambda cols: E.lit(list(cols)) if cols else E.null("array<string>"))
 
 
-def ordering(e: DataFrame) -> Column:
+def ordering() -> Expr:
     """Source log position, then event time, then place in the landing (file, record, row)."""
-    return F.struct(
-        F.col("log_pos").alias("log_pos"),
-        F.col("event_ms").alias("event_ms"),
-        F.col("file").alias("file"),
-        F.col("file_pos").alias("file_pos"),
-        F.coalesce(F.col("sub_pos"), F.lit(0)).alias("sub_pos"),
+    return E.struct(
+        E.col("log_pos"),
+        E.col("event_ms"),
+        E.col("file"),
+        E.col("file_pos"),
+        E.coalesce(E.col("sub_pos"), E.lit(0)).alias("sub_pos"),
     )
 
 
-def content_hash() -> Column:
+def content_hash() -> Expr:
     """Identity of an exact duplicate: same table, same position, same record as landed."""
-    return F.xxhash64(F.col("table"), F.col("log_pos"), F.col("event_ms"), F.col("raw"), F.col("sub_pos"))
+    return E.xxhash64("table", "log_pos", "event_ms", "raw", "sub_pos")
 
 
-def _key_values(image: Column, fallback: Column, record_cols: Column, keys: KeyConfig) -> Column:
+def _key_values(image: Expr, fallback: Expr, record_cols: Expr, keys: KeyConfig) -> Expr:
     """Key values as strings (variants cannot be grouped): from ``image``, else from ``fallback``.
 
     Key columns named by ``--key`` are known when the plan is built, so their lookups are plain
@@ -87,33 +93,38 @@ def _key_values(image: Column, fallback: Column, record_cols: Column, keys: KeyC
     per-record walk.
     """
 
-    def one(c: Column) -> Column:
-        v = F.when(F.map_contains_key(image, c), image[c]).otherwise(fallback[c])
-        return F.when(F.is_variant_null(v), F.lit(None)).otherwise(F.to_json(v))
+    def one(c: Expr) -> Expr:
+        v = E.when(E.map_contains_key(image, c), image[c]).otherwise(fallback[c])
+        return E.when(E.is_variant_null(v), E.lit(None)).otherwise(E.to_json(v))
 
-    def static(cols: tuple[str, ...]) -> Column:
-        return F.array(*[one(F.lit(c)) for c in cols]) if cols else F.lit(None).cast("array<string>")
+    def static(cols: tuple[str, ...]) -> Expr:
+        return E.array(*[one(E.lit(c)) for c in cols]) if cols else E.null("array<string>")
 
-    configured = static(keys.default)
-    table = F.col("table")
-    for name, cols in keys.per_table:
-        configured = F.when((table == name) | table.endswith("." + name), static(cols)).otherwise(configured)
-    return F.when(record_cols.isNull(), configured).otherwise(F.transform(record_cols, one))
+    configured = keys.for_table(E.col("table"), static)
+    return E.when(record_cols.isNull(), configured).otherwise(E.transform(record_cols, one))
 
 
-def _new_key(keys: KeyConfig) -> Column:
+def _new_key(keys: KeyConfig) -> Expr:
     """The key a row change leaves its row under (a delete's comes from its before image)."""
-    after_or_before = F.coalesce(F.col("after"), empty_image())
-    before_or_after = F.coalesce(F.col("before"), empty_image())
-    record_cols = F.col("key_cols")
-    return F.when(
-        F.col("op") == OP_DELETE, _key_values(before_or_after, after_or_before, record_cols, keys)
+    after_or_before = E.coalesce(E.col("after"), empty_image())
+    before_or_after = E.coalesce(E.col("before"), empty_image())
+    record_cols = E.col("key_cols")
+    return E.when(
+        E.col("op") == OP_DELETE, _key_values(before_or_after, after_or_before, record_cols, keys)
     ).otherwise(_key_values(after_or_before, before_or_after, record_cols, keys))
 
 
-def _lacks_key(key_cols: Column, new_key: Column) -> Column:
-    is_row = (F.col("kind") == KIND_CHANGE) & (F.col("op") != OP_TRUNCATE)
-    return is_row & key_cols.isNotNull() & (F.size(F.array_compact(new_key)) < F.size(new_key))
+def _lacks_key() -> Expr:
+    is_row = (E.col("kind") == KIND_CHANGE) & (E.col("op") != OP_TRUNCATE)
+    new_key = E.col("_new_key")
+    return E.coalesce(
+        is_row & E.col("_key_cols").isNotNull() & (E.size(E.array_compact(new_key)) < E.size(new_key)),
+        E.lit(False),
+    )
+
+
+def _is_ddl() -> Expr:
+    return (E.col("kind") == KIND_IGNORED) & (E.col("reason") == IGNORED_DDL)
 
 
 def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
@@ -124,92 +135,100 @@ def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
     The before image is kept only for DDL events (the columns they drop) and the record's text only
     for what the fold will quarantine; a content hash stands in for it in duplicate detection.
     """
-    key_cols = F.coalesce(F.col("key_cols"), keys.column_for(F.col("table")))
-    old_key = _key_values(F.col("before"), F.coalesce(F.col("after"), empty_image()), F.col("key_cols"), keys)
-    keyed = plan_barrier(events).select(
+    old_key = _key_values(E.col("before"), E.coalesce(E.col("after"), empty_image()), E.col("key_cols"), keys)
+    keyed = events.select(
         "*",
-        key_cols.alias("_key_cols"),
-        _new_key(keys).alias("_new_key"),
-        F.when(F.col("before").isNotNull(), old_key).alias("_old_key"),
+        *E.columns(
+            E.coalesce(E.col("key_cols"), keys.names(E.col("table"))).alias("_key_cols"),
+            _new_key(keys).alias("_new_key"),
+            E.when(E.col("before").isNotNull(), old_key).alias("_old_key"),
+            content_hash().alias("_content_hash"),
+        ),
     )
-    lacks_key = F.coalesce(_lacks_key(F.col("_key_cols"), F.col("_new_key")), F.lit(False))
-    is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
-    return plan_barrier(keyed).withColumns(
+    return keyed.withColumns(
         {
-            "_content_hash": content_hash(),
-            "raw": F.when((F.col("kind") == KIND_QUARANTINED) | lacks_key, F.col("raw")),
-            "before": F.when(is_ddl, F.col("before")),
+            "raw": E.when((E.col("kind") == KIND_QUARANTINED) | _lacks_key(), E.col("raw")).column(),
+            "before": E.when(_is_ddl(), E.col("before")).column(),
         }
     )
 
 
 def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
     """Attach group tag and key to every event of ``with_keys``; split key-changing updates in two."""
-    staged = events.select("*", ordering(events).alias("_ord"))
-    missing_key = F.coalesce(_lacks_key(F.col("_key_cols"), F.col("_new_key")), F.lit(False))
-    kind = F.when(missing_key, F.lit(KIND_QUARANTINED)).otherwise(F.col("kind"))
-    reason = F.when(missing_key, F.lit(Q_MISSING_KEY)).otherwise(F.col("reason"))
-    staged = plan_barrier(staged.withColumns({"kind": kind, "reason": reason}))
+    missing_key = _lacks_key()
+    kind = E.when(missing_key, E.lit(KIND_QUARANTINED)).otherwise(E.col("kind"))
+    reason = E.when(missing_key, E.lit(Q_MISSING_KEY)).otherwise(E.col("reason"))
+    # Position fields stay top-level columns (``sub_pos`` never null): the window sorts by them as
+    # they are, so the shuffle carries them once (a struct of them would be copied beside them).
+    staged = events.withColumns(
+        {
+            "kind": kind.column(),
+            "reason": reason.column(),
+            "sub_pos": E.coalesce(E.col("sub_pos"), E.lit(0)).column(),
+        }
+    )
 
-    is_change = F.col("kind") == KIND_CHANGE
-    is_row = is_change & (F.col("op") != OP_TRUNCATE)
+    is_change = E.col("kind") == KIND_CHANGE
+    is_row = is_change & (E.col("op") != OP_TRUNCATE)
     tag = (
-        F.when(F.col("kind") == KIND_IGNORED, F.lit(TAG_IGNORED))
-        .when(F.col("kind") == KIND_QUARANTINED, F.lit(TAG_QUARANTINED))
-        .when(F.col("op") == OP_TRUNCATE, F.lit(TAG_TRUNCATE))
-        .when(F.col("_key_cols").isNull(), F.lit(TAG_NO_KEY))
-        .otherwise(F.lit(TAG_ROW))
+        E.when(E.col("kind") == KIND_IGNORED, E.lit(TAG_IGNORED))
+        .when(E.col("kind") == KIND_QUARANTINED, E.lit(TAG_QUARANTINED))
+        .when(E.col("op") == OP_TRUNCATE, E.lit(TAG_TRUNCATE))
+        .when(E.col("_key_cols").isNull(), E.lit(TAG_NO_KEY))
+        .otherwise(E.lit(TAG_ROW))
     )
     group_key = (
-        F.when(tag == TAG_ROW, F.col("_new_key"))
-        .when(tag == TAG_IGNORED, F.array(F.col("reason")))
+        E.when(tag == TAG_ROW, E.col("_new_key"))
+        .when(tag == TAG_IGNORED, E.array(E.col("reason")))
         .when(
             tag == TAG_QUARANTINED,
-            F.array(
-                F.col("file"),
-                F.col("file_pos").cast("string"),
-                F.coalesce(F.col("sub_pos"), F.lit(0)).cast("string"),
+            E.array(
+                E.col("file"),
+                E.col("file_pos").cast("string"),
+                E.coalesce(E.col("sub_pos"), E.lit(0)).cast("string"),
             ),
         )
-        .otherwise(F.array().cast("array<string>"))
+        .otherwise(E.array().cast("array<string>"))
     )
-    key_moved = is_row & (F.col("op") == OP_UPDATE) & (F.col("_old_key") != F.col("_new_key"))
-    applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
-    is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
+    key_moved = E.coalesce(
+        is_row & (E.col("op") == OP_UPDATE) & (E.col("_old_key") != E.col("_new_key")), False
+    )
+    applied = E.coalesce(E.col("event_ms"), E.lit(0)) <= as_of_ms
     keyed = staged.select(
         "*",
-        tag.alias("_tag"),
-        group_key.alias("_key"),
-        (is_change & applied).alias("_applied"),
-        (is_ddl & applied).alias("_ddl_applied"),
-        (is_change & ~applied).alias("_after_as_of"),
-        F.col("_content_hash").alias("_hash"),
-        F.when(key_moved, F.array(F.lit(False), F.lit(True)))
-        .otherwise(F.array(F.lit(False)))
-        .alias("_split"),
-        F.coalesce(key_moved, F.lit(False)).alias("_key_moved"),
+        *E.columns(
+            tag.alias("_tag"),
+            group_key.alias("_group_key"),
+            (is_change & applied).alias("_applied"),
+            (_is_ddl() & applied).alias("_ddl_applied"),
+            (is_change & ~applied).alias("_after_as_of"),
+            E.col("_content_hash").alias("_hash"),
+            key_moved.alias("_key_moved"),
+        ),
     )
     # A key-changing update also deletes the old key, at the same position (never counted itself).
-    keyed = plan_barrier(keyed).select("*", F.explode_outer("_split").alias("_moved_away")).drop("_split")
-    return keyed.select(
-        *[c for c in keyed.columns if c not in ("_key", "op", "after", "partial")],
-        F.when(F.col("_moved_away"), F.col("_old_key")).otherwise(F.col("_key")).alias("_key"),
-        F.when(F.col("_moved_away"), F.lit(OP_DELETE)).otherwise(F.col("op")).alias("op"),
-        F.when(F.col("_moved_away"), F.lit(None).cast(IMAGE_TYPE)).otherwise(F.col("after")).alias("after"),
-        F.when(F.col("_moved_away"), F.lit(False))
-        .otherwise(F.coalesce(F.col("partial"), F.lit(False)))
-        .alias("partial"),
-        (F.col("_moved_away") & F.coalesce(F.col("partial"), F.lit(False))).alias("_moved_partially"),
-    )
+    split = E.when(E.col("_key_moved"), E.array(E.lit(False), E.lit(True))).otherwise(E.array(E.lit(False)))
+    keyed = keyed.select("*", F.explode(split.column()).alias("_moved_away"))
+    moved_away = E.col("_moved_away")
+    partial = E.coalesce(E.col("partial"), E.lit(False))
+    return keyed.withColumns(
+        {
+            "_key": E.when(moved_away, E.col("_old_key")).otherwise(E.col("_group_key")).column(),
+            "op": E.when(moved_away, E.lit(OP_DELETE)).otherwise(E.col("op")).column(),
+            "after": E.when(moved_away, E.null(IMAGE_TYPE)).otherwise(E.col("after")).column(),
+            "partial": E.when(moved_away, E.lit(False)).otherwise(partial).column(),
+            "_moved_partially": (moved_away & partial).column(),
+        }
+    ).drop("_group_key")
 
 
-def ddl_change(ord_: Column) -> Column:
+def ddl_change(ord_: Expr) -> Expr:
     """A DDL event as a table's schema sees it: its position, the columns it adds and drops."""
-    none = F.array().cast("array<string>")
-    return F.struct(
+    none = E.array().cast("array<string>")
+    return E.struct(
         ord_.alias("ord"),
-        F.coalesce(F.map_keys("types"), none).alias("added"),
-        F.coalesce(F.map_keys("before"), none).alias("cols"),
+        E.coalesce(E.map_keys("types"), none).alias("added"),
+        E.coalesce(E.map_keys("before"), none).alias("cols"),
     )
 
 
@@ -219,185 +238,200 @@ def table_changes(events: DataFrame, as_of_ms: int) -> DataFrame:
     Both change every row of a table, so the counting window and each key's state need them.
     Read straight from the canonical events: neither needs a key.
     """
-    applied = F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(as_of_ms)
-    is_trunc = applied & (F.col("kind") == KIND_CHANGE) & (F.col("op") == OP_TRUNCATE)
-    is_drop = (
-        applied
-        & (F.col("kind") == KIND_IGNORED)
-        & (F.col("reason") == IGNORED_DDL)
-        & (F.size(F.map_keys(F.coalesce("before", empty_image()))) > 0)
-    )
-    drop = ddl_change(ordering(events))
+    applied = E.coalesce(E.col("event_ms"), E.lit(0)) <= as_of_ms
+    is_trunc = applied & (E.col("kind") == KIND_CHANGE) & (E.col("op") == OP_TRUNCATE)
+    is_drop = applied & _is_ddl() & (E.size(E.map_keys(E.coalesce(E.col("before"), empty_image()))) > 0)
     return (
-        events.where(is_trunc | is_drop)
+        events.where((is_trunc | is_drop).column())
         .groupBy("table")
         .agg(
-            F.collect_list(F.when(is_trunc, ordering(events))).alias("truncs"),
-            F.collect_list(F.when(is_drop, drop)).alias("drops"),
+            *E.columns(
+                E.collect_list(E.when(is_trunc, ordering())).alias("truncs"),
+                E.collect_list(E.when(is_drop, ddl_change(ordering()))).alias("drops"),
+            )
         )
     )
 
 
-def _counting_order() -> list[Column]:
-    """Position order in which exact duplicates sit next to each other.
+def _counting_order() -> str:
+    """Position order in which exact duplicates sit next to each other (SQL ``ORDER BY`` list).
 
     The content hash sorts right after the source position and event time, before the landing
     position: two deliveries of one event share the former and differ in the latter.
     """
-    o = F.col("_ord")
-    return [o["log_pos"], o["event_ms"], F.col("_hash"), o["file"], o["file_pos"], o["sub_pos"]]
+    fields = ("log_pos", "event_ms", "_hash", "file", "file_pos", "sub_pos")
+    return ", ".join(E.col(f).sql for f in fields)
 
 
-def _op_code() -> Column:
-    code = F.lit(0)
-    for op, value in _OP_CODE.items():
-        code = F.when(F.col("op") == op, F.lit(value)).otherwise(code)
+def _op_code() -> Expr:
+    code = E.when(E.col("op").isin(OP_INSERT, OP_READ), E.lit(_OP_CODE[OP_INSERT]))
+    code = code.when(E.col("op") == OP_UPDATE, E.lit(_OP_CODE[OP_UPDATE]))
+    code = code.when(E.col("op") == OP_DELETE, E.lit(_OP_CODE[OP_DELETE])).otherwise(E.lit(0))
     # The new-key half of a key-changing update: an update of a row that existed (under its old key).
-    return F.when(F.col("_key_moved") & ~F.col("_moved_away"), F.lit(OP_CODE_MOVED_IN)).otherwise(code)
+    return E.when(E.col("_key_moved") & ~E.col("_moved_away"), E.lit(OP_CODE_MOVED_IN)).otherwise(code)
 
 
-def _count_flags(keyed: DataFrame, changes: DataFrame | None, group: list[str]) -> DataFrame:
+_GROUP = ("_group_hash", "table", "_tag", "_key")
+
+
+def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     """Per applied row change, what it adds to the counts, from the events before it in position order.
 
-    A window over each key's events (code-generated, spilling, its sort shared with the fold's
-    aggregation) stands in for walking a per-key list: an event is an exact duplicate when it
-    repeats the previous counted event; a delete or update finds no row when the previous applied
-    event was a delete (or there was none), or a truncate of the table came after it.
-    ``changes`` is None when no truncate was applied (the single-pass fold).
+    A window over each key's events (its sort shared with the fold's aggregation) stands in for
+    walking a per-key list: an event is an exact duplicate when it repeats the previous counted
+    event; a delete or update finds no row when the previous applied event was a delete (or there
+    was none), or a truncate of the table came after it. ``changes`` is None when no truncate was
+    applied (the single-pass fold).
     """
-    applied = F.col("_applied")
-    from_base = F.col("_base") if "_base" in keyed.columns else F.lit(False)
-    counted = applied & ~F.col("_moved_away") & ~from_base
-    before = Window.partitionBy(*group).orderBy(*_counting_order()).rowsBetween(Window.unboundedPreceding, -1)
+    applied = E.col("_applied")
+    from_base = E.col("_base") if "_base" in keyed.columns else E.lit(False)
+    counted = applied & ~E.col("_moved_away") & ~from_base
+    window = (
+        f"OVER (PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)} ORDER BY {_counting_order()} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+    )
+
+    def previous(value: Expr) -> Expr:
+        return Expr(f"last({value.sql}, true) {window}")
+
     with_truncs = (
         keyed.join(F.broadcast(changes.select("table", "truncs")), "table", "left")
         if changes is not None
         else keyed
     )
-    previous = [
-        F.last(F.when(counted, F.col("_hash")), ignorenulls=True).over(before).alias("_prev_hash"),
-        F.last(F.when(applied, _op_code()), ignorenulls=True).over(before).alias("_prev_op"),
+    columns = [
+        _op_code().alias("_op_code"),
+        counted.alias("_counted"),
+        previous(E.when(counted, E.col("_hash"))).alias("_prev_hash"),
+        previous(E.when(applied, _op_code())).alias("_prev_op"),
     ]
     if changes is not None:
-        previous.append(
-            F.last(F.when(applied, F.col("_ord")), ignorenulls=True).over(before).alias("_prev_ord")
-        )
-    staged = with_truncs.select("*", _op_code().alias("_op_code"), counted.alias("_counted"), *previous)
-    truncated_since = F.lit(False)
+        columns.append(previous(E.when(applied, ordering())).alias("_prev_ord"))
+    staged = with_truncs.select("*", *E.columns(columns))
+    truncated_since = E.lit(False)
     if changes is not None:
-        ord_, prev_ord = F.col("_ord"), F.col("_prev_ord")
-        truncated_since = F.when(
-            F.col("truncs").isNotNull(),
-            F.exists("truncs", lambda t: (t < ord_) & (prev_ord.isNull() | (t > prev_ord))),
-        ).otherwise(F.lit(False))
-    existed = F.col("_prev_op").isNotNull() & (F.col("_prev_op") != _OP_CODE[OP_DELETE]) & ~truncated_since
-    op = F.col("_op_code")
-    dup = F.col("_counted") & F.coalesce(F.col("_prev_hash") == F.col("_hash"), F.lit(False))
-    count = F.col("_counted") & ~dup
+        ord_, prev_ord = ordering(), E.col("_prev_ord")
+        truncated_since = E.when(
+            E.col("truncs").isNotNull(),
+            E.exists("truncs", lambda t: (t < ord_) & (prev_ord.isNull() | (t > prev_ord))),
+        ).otherwise(E.lit(False))
+    existed = E.col("_prev_op").isNotNull() & (E.col("_prev_op") != _OP_CODE[OP_DELETE]) & ~truncated_since
+    op = E.col("_op_code")
+    dup = E.col("_counted") & E.coalesce(E.col("_prev_hash") == E.col("_hash"), E.lit(False))
+    count = E.col("_counted") & ~dup
     deleting = count & (op == _OP_CODE[OP_DELETE])
 
-    def flag(condition: Column) -> Column:
-        return F.when(condition, F.lit(1)).otherwise(F.lit(0))
+    def flag(condition: Expr) -> Expr:
+        return E.when(condition, E.lit(1)).otherwise(E.lit(0))
 
+    helpers = [c for c in staged.columns if c not in keyed.columns]
     return staged.select(
-        *keyed.columns,
-        flag(count & (op == _OP_CODE[OP_INSERT])).alias("_c_inserts"),
-        flag(count & ((op == _OP_CODE[OP_UPDATE]) | (op == OP_CODE_MOVED_IN))).alias("_c_updates"),
-        flag(deleting & existed).alias("_c_deletes"),
-        flag(dup).alias("_c_duplicates"),
-        flag(deleting & ~existed).alias("_c_deletes_unknown"),
-        flag(count & (op == _OP_CODE[OP_UPDATE]) & ~existed).alias("_c_updates_unknown"),
-    )
+        "*",
+        *E.columns(
+            flag(count & (op == _OP_CODE[OP_INSERT])).alias("_c_inserts"),
+            flag(count & ((op == _OP_CODE[OP_UPDATE]) | (op == OP_CODE_MOVED_IN))).alias("_c_updates"),
+            flag(deleting & existed).alias("_c_deletes"),
+            flag(dup).alias("_c_duplicates"),
+            flag(deleting & ~existed).alias("_c_deletes_unknown"),
+            flag(count & (op == _OP_CODE[OP_UPDATE]) & ~existed).alias("_c_updates_unknown"),
+        ),
+    ).drop(*helpers)
 
 
-_COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
+COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
 
 
 def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = False) -> DataFrame:
     """One window and one aggregation per (table, tag, key): the folded state plus its counts.
 
     ``changes`` is ``table_changes`` of the events, or None for a single pass that assumes no
-    truncate was applied (``needs_table_changes`` of its counts says whether that held). For full-image formats every aggregation buffer has a
-    fixed size: the latest reset (``max_by``), the last move to another key, counts as sums. Formats
-    with partial images (``partial_images``) also keep their partial updates, every reset and every
-    move to another key in lists: a key change then carries the row's state at that moment.
-    Rows flagged ``_base`` (an incremental run's starting state) are applied but never counted;
-    ``base_ord`` is then the position of the base's row of each key.
+    truncate was applied (``needs_table_changes`` of its counts says whether that held). For
+    full-image formats every aggregation buffer has a fixed size: the latest reset (``max_by``),
+    the last move to another key, counts as sums. Formats with partial images (``partial_images``)
+    also keep their partial updates, every reset and every move to another key in lists: a key
+    change then carries the row's state at that moment. Rows flagged ``_base`` (an incremental
+    run's starting state) are applied but never counted; ``base_ord`` is then the position of the
+    base's row of each key.
     """
-    applied = F.col("_applied")
-    from_base = F.col("_base") if "_base" in keyed.columns else F.lit(False)
-    ddl = F.col("_ddl_applied")
-    partial_update = applied & (F.col("op") == OP_UPDATE) & F.col("partial")
-    moved_away = applied & F.col("_moved_away")
+    applied = E.col("_applied")
+    has_base = "_base" in keyed.columns
+    from_base = E.col("_base") if has_base else E.lit(False)
+    ddl = E.col("_ddl_applied")
+    partial_update = applied & (E.col("op") == OP_UPDATE) & E.col("partial")
+    moved_away = applied & E.col("_moved_away")
     # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
     # row's state just before it can still be rebuilt and carried to the new key.
-    reset = applied & ~partial_update & (F.col("op") != OP_TRUNCATE) & ~F.col("_moved_away")
-    ord_ = F.col("_ord")
-    # Position fields are read from ``_ord``: the top-level copies then never enter the shuffle
-    # (1M Debezium events: 166 -> 150 MiB of compressed shuffle).
-    file = F.nullif(ord_["file"], F.lit(""))  # base rows without a file carry "" in ``_ord``
-    last_meta = F.struct(
-        F.col("op"),
-        ord_["event_ms"].alias("event_ms"),
-        ord_["log_pos"].alias("log_pos"),
+    reset = applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & ~E.col("_moved_away")
+    ord_ = ordering()
+    file = E.nullif(E.col("file"), E.lit(""))  # base rows without a file carry ""
+    last_meta = E.struct(
+        E.col("op"),
+        E.col("event_ms"),
+        E.col("log_pos"),
         file.alias("file"),
-        F.col("line"),
-        F.col("file_pos"),
-        F.col("sub_pos"),
+        E.col("line"),
+        E.col("file_pos"),
+        E.col("sub_pos"),
     )
     # A leading 64-bit hash makes the sort compare longs before table names and key arrays.
-    group = ["_group_hash", "table", "_tag", "_key"]
-    hashed = keyed.withColumn("_group_hash", F.xxhash64("table", "_tag", "_key"))
-    flagged = _count_flags(hashed, changes, group)
-    resetting = F.struct(ord_.alias("ord"), F.col("op").alias("op"), F.col("after").alias("after"))
-    move = F.struct(
-        ord_.alias("ord"), F.col("_new_key").alias("to"), F.col("_moved_partially").alias("partial")
+    hashed = keyed.withColumn("_group_hash", E.xxhash64("table", "_tag", "_key").column())
+    flagged = _count_flags(hashed, changes)
+    resetting = E.struct(ord_.alias("ord"), E.col("op"), E.col("after"))
+    move = E.struct(
+        ord_.alias("ord"), E.col("_new_key").alias("to"), E.col("_moved_partially").alias("partial")
     )
     if partial_images:
         lists = [
-            F.collect_list(F.when(reset, resetting)).alias("resets"),
-            F.collect_list(
-                F.when(partial_update, F.struct(ord_.alias("ord"), F.col("after").alias("after")))
-            ).alias("partials"),
-            F.collect_list(F.when(moved_away, move)).alias("moves_out"),
+            E.collect_list(E.when(reset, resetting)).alias("resets"),
+            E.collect_list(E.when(partial_update, E.struct(ord_.alias("ord"), E.col("after")))).alias(
+                "partials"
+            ),
+            E.collect_list(E.when(moved_away, move)).alias("moves_out"),
         ]
     else:
-        lists = [F.max(F.when(moved_away, ord_)).alias("_last_move")]
-    if "_base" in keyed.columns:
-        lists.append(F.max(F.when(from_base, ord_)).alias("base_ord"))
-    is_listed = F.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
-    folded = flagged.groupBy(*group).agg(
-        *lists,
-        F.count(F.when(~F.col("_moved_away") & ~from_base, 1)).alias("n"),
-        F.count(F.when(F.col("_after_as_of") & ~F.col("_moved_away"), 1)).alias("after_as_of"),
-        F.count(F.when(F.col("log_pos_unreadable") & ~F.col("_moved_away") & ~from_base, 1)).alias(
-            "unpositioned"
-        ),
-        F.max_by(F.when(reset, resetting), F.when(reset, ord_)).alias("reset"),
-        F.struct(*[F.sum(f"_c_{name}").cast("long").alias(name) for name in _COUNTS]).alias("counts"),
-        F.max_by(F.when(applied, last_meta), F.when(applied, ord_)).alias("last"),
-        F.max(F.when(applied, ord_["event_ms"])).alias("last_event_ms"),
-        F.collect_set(
-            F.when((applied | ddl) & F.col("types").isNotNull(), F.map_entries(F.col("types")))
-        ).alias("type_sigs"),
-        F.collect_list(
-            F.when(
-                ddl & (F.col("types").isNotNull() | F.col("before").isNotNull()),
-                ddl_change(ord_),
-            )
-        ).alias("ddl_changes"),
-        F.min_by(
-            F.when(
-                is_listed,
-                F.struct(file.alias("file"), "file_pos", "line", "sub_pos", "reason", "raw"),
+        lists = [E.max(E.when(moved_away, ord_)).alias("_last_move")]
+    if has_base:
+        lists.append(E.max(E.when(from_base, ord_)).alias("base_ord"))
+    is_listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
+    not_moved = ~E.col("_moved_away")
+    folded = flagged.groupBy(*_GROUP).agg(
+        *E.columns(
+            *lists,
+            E.count(E.when(not_moved & ~from_base, E.lit(1))).alias("n"),
+            E.count(E.when(E.col("_after_as_of") & not_moved, E.lit(1))).alias("after_as_of"),
+            E.count(E.when(E.col("log_pos_unreadable") & not_moved & ~from_base, E.lit(1))).alias(
+                "unpositioned"
             ),
-            F.when(is_listed, ord_),
-        ).alias("first"),
-        F.first("_key_cols", ignorenulls=True).alias("key_names"),
+            E.max_by(E.when(reset, resetting), E.when(reset, ord_)).alias("reset"),
+            E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in COUNTS]).alias("counts"),
+            E.max_by(E.when(applied, last_meta), E.when(applied, ord_)).alias("last"),
+            E.max(E.when(applied, E.col("event_ms"))).alias("last_event_ms"),
+            E.collect_set(
+                E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types")))
+            ).alias("type_sigs"),
+            E.collect_list(
+                E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_))
+            ).alias("ddl_changes"),
+            E.min_by(
+                E.when(
+                    is_listed,
+                    E.struct(
+                        file.alias("file"),
+                        E.col("file_pos"),
+                        E.col("line"),
+                        E.col("sub_pos"),
+                        E.col("reason"),
+                        E.col("raw"),
+                    ),
+                ),
+                E.when(is_listed, ord_),
+            ).alias("first"),
+            E.first(E.col("_key_cols"), E.lit(True)).alias("key_names"),
+        )
     )
     if not partial_images:
         # Full images: the list shapes ``resolve`` reads, made from the fixed-size buffers.
-        ord_type = keyed.schema["_ord"].dataType
+        ord_type = folded.schema["reset"].dataType["ord"].dataType
         partial_type = StructType([StructField("ord", ord_type), StructField("after", IMAGE_TYPE)])
         move_type = StructType(
             [
@@ -406,17 +440,17 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
                 StructField("partial", BooleanType()),
             ]
         )
-        last_move = F.struct(
-            F.col("_last_move").alias("ord"),
-            F.lit(None).cast("array<string>").alias("to"),
-            F.lit(False).alias("partial"),
+        last_move = E.struct(
+            E.col("_last_move").alias("ord"),
+            E.null("array<string>").alias("to"),
+            E.lit(False).alias("partial"),
         )
         folded = folded.withColumns(
             {
-                "partials": F.array().cast(ArrayType(partial_type)),
-                "moves_out": F.when(F.col("_last_move").isNotNull(), F.array(last_move)).otherwise(
-                    F.array().cast(ArrayType(move_type))
-                ),
+                "partials": E.array().cast(ArrayType(partial_type)).column(),
+                "moves_out": E.when(E.col("_last_move").isNotNull(), E.array(last_move))
+                .otherwise(E.array().cast(ArrayType(move_type)))
+                .column(),
             }
         ).drop("_last_move")
     return folded.drop("_group_hash")

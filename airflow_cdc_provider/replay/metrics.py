@@ -6,11 +6,12 @@ import logging
 from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.replay.fold import (
+    COUNTS,
     TAG_IGNORED,
     TAG_QUARANTINED,
     TAG_ROW,
@@ -26,36 +27,32 @@ log = logging.getLogger(__name__)
 def group_counts(resolved: DataFrame) -> list:
     """One small row per (table, tag, reason): everything the metrics need, in one Spark query.
 
-    The same rows carry what typing needs from the groups (``schemas.declared_signatures`` and
-    ``schemas.key_columns_of``), so that takes no query of its own.
+    The same rows carry what typing needs (declared signatures, key names, the final rows' value
+    types and column orders), so typing takes no query of its own.
     """
-    c = F.col("counts")
+    c = E.col("counts")
+    listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
+    final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
     return (
-        resolved.groupBy(
-            "table",
-            "_tag",
-            F.when(F.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED), F.col("first.reason")).alias("reason"),
-        )
+        resolved.groupBy("table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
         .agg(
-            F.sum("n").alias("n"),
-            F.sum("after_as_of").alias("after_as_of"),
-            F.sum("unpositioned").alias("unpositioned"),
-            F.sum(F.col("exists").cast("long")).alias("rows"),
-            F.sum(c["inserts"]).alias("inserts"),
-            F.sum(c["updates"]).alias("updates"),
-            F.sum(c["deletes"]).alias("deletes"),
-            F.sum(c["duplicates"]).alias("duplicates"),
-            F.sum(c["deletes_unknown"]).alias("deletes_unknown"),
-            F.sum(c["updates_unknown"]).alias("updates_unknown"),
-            F.max("last_event_ms").alias("last_event_ms"),
-            # Distinct per-key signature sets: one per schema version, however many keys.
-            F.collect_set(F.when(F.col("_tag").isin(TAG_ROW, TAG_IGNORED), F.col("type_sigs"))).alias(
-                "type_sigs"
-            ),
-            F.first(F.when(F.col("_tag") == TAG_ROW, F.col("key_names")), ignorenulls=True).alias(
-                "key_names"
-            ),
-            F.sum(F.size(F.filter("ddl_changes", lambda c: F.size(c["cols"]) > 0))).alias("drops"),
+            *E.columns(
+                E.sum("n").alias("n"),
+                E.sum("after_as_of").alias("after_as_of"),
+                E.sum("unpositioned").alias("unpositioned"),
+                E.sum(E.col("exists").cast("long")).alias("rows"),
+                *[E.sum(c[name]).alias(name) for name in COUNTS],
+                E.max("last_event_ms").alias("last_event_ms"),
+                # Distinct per-key signature sets: one per schema version, however many keys.
+                E.collect_set(E.when(E.col("_tag").isin(TAG_ROW, TAG_IGNORED), E.col("type_sigs"))).alias(
+                    "type_sigs"
+                ),
+                E.first(E.when(E.col("_tag") == TAG_ROW, E.col("key_names")), True).alias("key_names"),
+                E.sum(E.size(E.filter("ddl_changes", lambda d: E.size(d["cols"]) > 0))).alias("drops"),
+                # What typing infers: the final rows' value types, and the orders they write columns in.
+                E.schema_of_variant_agg(E.when(final_row, E.to_variant_object("image"))).alias("row_schema"),
+                E.collect_set(E.when(final_row, E.map_keys("image"))).alias("sequences"),
+            )
         )
         .collect()
     )

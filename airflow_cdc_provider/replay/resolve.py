@@ -7,23 +7,25 @@ by the higher-order functions here, over that key's own few entries.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import TAG_ROW
 
 
-def _by_ord(left: Column, right: Column) -> Column:
+def _by_ord(left: Expr, right: Expr) -> Expr:
     return (
-        F.when(left["ord"] < right["ord"], F.lit(-1))
-        .when(left["ord"] > right["ord"], F.lit(1))
-        .otherwise(F.lit(0))
+        E.when(left["ord"] < right["ord"], E.lit(-1))
+        .when(left["ord"] > right["ord"], E.lit(1))
+        .otherwise(E.lit(0))
     )
 
 
-def _merged_image(base_image: Column, base_ord: Column, later: Column, drops: Column) -> Column:
+def _merged_image(base_image: Expr, base_ord: Expr, later: Expr, drops: Expr) -> Expr:
     """The base image with the later partial images laid over it in order: latest writer wins.
 
     A partial image that arrives with a ``base`` (the row carried over from its old key by a key
@@ -32,47 +34,47 @@ def _merged_image(base_image: Column, base_ord: Column, later: Column, drops: Co
     after ``DROP COLUMN`` no longer has it.
     """
 
-    def start(acc: Column, p: Column) -> Column:
-        return F.when(p["base"].isNotNull(), p["base"]).otherwise(acc)
+    def start(acc: Expr, p: Expr) -> Expr:
+        return E.when(p["base"].isNotNull(), p["base"]).otherwise(acc)
 
-    plain = F.aggregate(
+    plain = E.aggregate(
         later,
         base_image,
-        lambda acc, p: F.map_concat(
-            F.map_filter(start(acc, p), lambda k, v: ~F.map_contains_key(p["after"], k)), p["after"]
+        lambda acc, p: E.map_concat(
+            E.map_filter(start(acc, p), lambda k, v: ~E.map_contains_key(p["after"], k)), p["after"]
         ),
     )
 
-    def stamp(image: Column, ord_: Column) -> Column:
-        return F.transform_values(image, lambda k, v: F.struct(v.alias("v"), ord_.alias("o")))
+    def stamp(image: Expr, ord_: Expr) -> Expr:
+        return E.transform_values(image, lambda k, v: E.struct(v.alias("v"), ord_.alias("o")))
 
-    stamped = F.aggregate(
+    stamped = E.aggregate(
         later,
         stamp(base_image, base_ord),
-        lambda acc, p: F.map_concat(
-            F.map_filter(
-                F.when(p["base"].isNotNull(), stamp(p["base"], p["ord"])).otherwise(acc),
-                lambda k, v: ~F.map_contains_key(p["after"], k),
+        lambda acc, p: E.map_concat(
+            E.map_filter(
+                E.when(p["base"].isNotNull(), stamp(p["base"], p["ord"])).otherwise(acc),
+                lambda k, v: ~E.map_contains_key(p["after"], k),
             ),
             stamp(p["after"], p["ord"]),
         ),
     )
-    surviving = F.map_filter(
+    surviving = E.map_filter(
         stamped,
         lambda k, s: (
-            ~F.exists(
-                drops, lambda d: F.array_contains(d["cols"], k) & (s["o"].isNull() | (d["ord"] > s["o"]))
+            ~E.exists(
+                drops, lambda d: E.array_contains(d["cols"], k) & (s["o"].isNull() | (d["ord"] > s["o"]))
             )
         ),
     )
-    return F.when(
-        F.coalesce(F.size(drops), F.lit(0)) > 0, F.transform_values(surviving, lambda k, s: s["v"])
+    return E.when(
+        E.coalesce(E.size(drops), E.lit(0)) > 0, E.transform_values(surviving, lambda k, s: s["v"])
     ).otherwise(plain)
 
 
 def _state_before(
-    limit: Column | None, carries: Column | None = None, keep_resets: bool = False, folded_reset_type=None
-) -> tuple[Column, Column, Column]:
+    limit: Expr | None, carries: Expr | None = None, keep_resets: bool = False, folded_reset_type=None
+) -> tuple[Expr, Expr, Expr]:
     """``(exists, image, known)`` of a row group just before position ``limit`` (at the end if None).
 
     The base is the latest of the last reset, truncate and move to another key before ``limit``;
@@ -80,41 +82,41 @@ def _state_before(
     kept only a key's latest one, so the state before a position earlier than it is not ``known``.
     """
 
-    def before(o: Column) -> Column:
-        return F.lit(True) if limit is None else (o < limit)
+    def before(o: Expr) -> Expr:
+        return E.lit(True) if limit is None else (o < limit)
 
-    reset = F.col("reset")
+    reset = E.col("reset")
     if keep_resets:
-        reset = F.aggregate(
-            F.filter("resets", lambda r: before(r["ord"])),
-            F.lit(None).cast(folded_reset_type),
-            lambda acc, r: F.when(acc.isNull() | (r["ord"] > acc["ord"]), r).otherwise(acc),
+        reset = E.aggregate(
+            E.filter("resets", lambda r: before(r["ord"])),
+            E.null(folded_reset_type),
+            lambda acc, r: E.when(acc.isNull() | (r["ord"] > acc["ord"]), r).otherwise(acc),
         )
     reset_in = reset.isNotNull() & before(reset["ord"])
-    trunc = F.array_max(F.filter(F.coalesce(F.col("truncs"), F.array()), before))
-    moved = F.array_max(F.filter(F.transform("moves_out", lambda m: m["ord"]), before))
-    base_ord = F.greatest(F.when(reset_in, reset["ord"]), trunc, moved)
+    trunc = E.array_max(E.filter(E.coalesce(E.col("truncs"), E.array()), before))
+    moved = E.array_max(E.filter(E.transform("moves_out", lambda m: m["ord"]), before))
+    base_ord = E.greatest(E.when(reset_in, reset["ord"]), trunc, moved)
     base_exists = reset_in & (base_ord == reset["ord"]) & (reset["op"] != OP_DELETE)
-    base_image = F.when(base_exists, F.coalesce(reset["after"], empty_image())).otherwise(empty_image())
-    partials = F.filter(
-        F.col("partials"), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"])
+    base_image = E.when(base_exists, E.coalesce(reset["after"], empty_image())).otherwise(empty_image())
+    partials = E.filter(
+        E.col("partials"), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"])
     )
-    with_base = F.transform(
+    with_base = E.transform(
         partials,
-        lambda p: F.struct(
+        lambda p: E.struct(
             p["ord"].alias("ord"),
             p["after"].alias("after"),
             (
-                F.try_element_at(F.filter(carries, lambda c: c["ord"] == p["ord"]), F.lit(1))["image"]
+                E.try_element_at(E.filter(carries, lambda c: c["ord"] == p["ord"]), 1)["image"]
                 if carries is not None
-                else F.lit(None).cast(IMAGE_TYPE)
+                else E.null(IMAGE_TYPE)
             ).alias("base"),
         ),
     )
-    later = F.array_sort(with_base, _by_ord)
-    image = _merged_image(base_image, base_ord, later, F.col("drops"))
+    later = E.array_sort(with_base, _by_ord)
+    image = _merged_image(base_image, base_ord, later, E.col("drops"))
     known = ~(reset.isNotNull() & ~reset_in)
-    return base_exists | (F.size(later) > 0), image, known
+    return base_exists | (E.size(later) > 0), image, known
 
 
 def carried_rows(rows: DataFrame) -> DataFrame:
@@ -123,17 +125,23 @@ def carried_rows(rows: DataFrame) -> DataFrame:
     Such an update names only the columns it changes, so the row under its new key starts from
     the row as it stood under the old key just before the move. Needs a fold with ``keep_resets``.
     """
-    sources = rows.where((F.col("_tag") == TAG_ROW) & F.exists("moves_out", lambda m: m["partial"]))
-    moves = sources.select("*", F.explode(F.filter("moves_out", lambda m: m["partial"])).alias("_move"))
+    sources = rows.where(
+        ((E.col("_tag") == TAG_ROW) & E.exists("moves_out", lambda m: m["partial"])).column()
+    )
+    moves = sources.select(
+        "*", F.explode(E.filter("moves_out", lambda m: m["partial"]).column()).alias("_move")
+    )
     exists, image, known = _state_before(
-        F.col("_move.ord"), keep_resets=True, folded_reset_type=rows.schema["reset"].dataType
+        E.col("_move.ord"), keep_resets=True, folded_reset_type=rows.schema["reset"].dataType
     )
     return (
-        moves.where(known & exists)
+        moves.where((known & exists).column())
         .select(
             "table",
-            F.col("_move.to").alias("_key"),
-            F.struct(F.col("_move.ord").alias("ord"), image.alias("image")).alias("c"),
+            *E.columns(
+                E.col("_move.to").alias("_key"),
+                E.struct(E.col("_move.ord").alias("ord"), image.alias("image")).alias("c"),
+            ),
         )
         .groupBy("table", "_key")
         .agg(F.collect_list("c").alias("carries"))
@@ -153,30 +161,34 @@ def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = Fa
         ord_type = folded.schema["reset"].dataType["ord"].dataType
         rows = folded.select(
             "*",
-            F.lit(None).cast(ArrayType(ord_type)).alias("truncs"),
-            F.lit(None).cast(folded.schema["ddl_changes"].dataType).alias("drops"),
+            *E.columns(
+                E.null(ArrayType(ord_type)).alias("truncs"),
+                E.null(folded.schema["ddl_changes"].dataType).alias("drops"),
+            ),
         )
     if carry_moves:
         rows = rows.join(carried_rows(rows), on=["table", "_key"], how="left")
-        exists, image, _ = _state_before(None, F.col("carries"))
+        exists, image, _ = _state_before(None, E.col("carries"))
     else:
         exists, image, _ = _state_before(None)
     # Most keys only ever see full images: their row is the latest one, no walk needed.
-    reset = F.col("reset")
+    reset = E.col("reset")
     simple = (
-        (F.size("partials") == 0)
-        & (F.size("moves_out") == 0)
-        & F.coalesce(F.size("truncs") == 0, F.lit(True))
-        & F.coalesce(F.size("drops") == 0, F.lit(True))
+        (E.size("partials") == 0)
+        & (E.size("moves_out") == 0)
+        & E.coalesce(E.size("truncs") == 0, E.lit(True))
+        & E.coalesce(E.size("drops") == 0, E.lit(True))
     )
-    exists = F.when(simple, F.coalesce(reset["op"] != OP_DELETE, F.lit(False))).otherwise(exists)
-    image = F.when(
+    exists = E.when(simple, E.coalesce(reset["op"] != OP_DELETE, E.lit(False))).otherwise(exists)
+    image = E.when(
         simple,
-        F.when(reset["op"] != OP_DELETE, F.coalesce(reset["after"], empty_image())).otherwise(empty_image()),
+        E.when(reset["op"] != OP_DELETE, E.coalesce(reset["after"], empty_image())).otherwise(empty_image()),
     ).otherwise(image)
-    is_row = F.col("_tag") == TAG_ROW
+    is_row = E.col("_tag") == TAG_ROW
     return rows.select(
         "*",
-        F.when(is_row, exists).otherwise(F.lit(False)).alias("exists"),
-        F.when(is_row, image).alias("image"),
+        *E.columns(
+            E.when(is_row, exists).otherwise(E.lit(False)).alias("exists"),
+            E.when(is_row, image).alias("image"),
+        ),
     )

@@ -107,37 +107,38 @@ def dropped_columns(resolved: DataFrame, earlier: dict[str, set[str]] | None = N
     return {t: cols for t, cols in dropped.items() if cols}
 
 
-def _inferred_and_sequences(
-    resolved: DataFrame,
-) -> tuple[list[tuple[str, str, str, int]], dict[str, list[list[str]]]]:
-    """``inferred_columns`` and, per table, the distinct column sequences of the final rows (one job)."""
-    final = resolved.where(F.col("exists"))
-    per_column = (
-        final.select("table", F.posexplode(F.map_keys("image")).alias("pos", "col"), "image")
-        .select("table", "col", "pos", F.col("image")[F.col("col")].alias("v"))
-        .groupBy("table", "col")
-        .agg(F.schema_of_variant_agg("v").alias("vtype"), F.min("pos").alias("pos"))
-        .select("table", "col", "vtype", "pos", F.lit(None).cast("array<string>").alias("cols"))
-    )
-    sequences = (
-        final.select("table", F.map_keys("image").alias("cols"))
-        .distinct()
-        .select(
-            "table",
-            F.lit(None).cast("string").alias("col"),
-            F.lit(None).cast("string").alias("vtype"),
-            F.lit(None).cast("int").alias("pos"),
-            "cols",
-        )
-    )
-    inferred: list[tuple[str, str, str, int]] = []
-    seqs: dict[str, list[list[str]]] = {}
-    for r in per_column.unionByName(sequences).collect():
-        if r["cols"] is None:
-            inferred.append((r["table"], r["col"], r["vtype"], r["pos"]))
+def variant_object_fields(schema: str | None) -> dict[str, str]:
+    """The fields of a ``schema_of_variant`` object type: ``OBJECT<a: BIGINT, `b c`: STRING>`` -> types by name."""
+    if not schema or not schema.startswith("OBJECT<"):
+        return {}
+    body, fields, i = schema[len("OBJECT<") : -1], {}, 0
+    while i < len(body):
+        if body[i] == "`":  # a quoted name; a doubled backquote is one backquote
+            j, name = i + 1, []
+            while True:
+                if body[j] == "`" and body[j + 1 : j + 2] == "`":
+                    name.append("`")
+                    j += 2
+                elif body[j] == "`":
+                    break
+                else:
+                    name.append(body[j])
+                    j += 1
+            name, i = "".join(name), j + 1
         else:
-            seqs.setdefault(r["table"], []).append(list(r["cols"]))
-    return inferred, seqs
+            j = body.index(":", i)
+            name, i = body[i:j], j
+        i += 2  # ": "
+        depth, j = 0, i
+        while j < len(body) and not (depth == 0 and body[j] == ","):
+            if body[j] in "<(":
+                depth += 1
+            elif body[j] in ">)":
+                depth -= 1
+            j += 1
+        fields[name] = body[i:j]
+        i = j + 2  # ", "
+    return fields
 
 
 def merge_column_order(order: list[str], sequence: list[str]) -> None:
@@ -187,7 +188,7 @@ def schema_inputs(resolved: DataFrame, groups: list[Row], base: SchemaInputs | N
 
 
 def table_schemas(
-    resolved: DataFrame,
+    groups: list[Row],
     tables: list[str],
     first_seen: callable,
     key_columns: dict[str, list[str]],
@@ -198,7 +199,8 @@ def table_schemas(
     Column order: the order the format declares (a schema block's fields, mysqlType, ...), the
     longest declaration first; columns no declaration names follow the order the rows write them
     (``merge_column_order`` over the distinct column sequences of the final rows, longest first).
-    The same input always gives the same order.
+    The same input always gives the same order. Inferred types and sequences come with the group
+    counts (``metrics.group_counts``): no query of their own.
 
     A table none of whose rows survive and that declares no types still gets its key columns
     (as strings), so its snapshot is an empty table rather than a missing one.
@@ -221,8 +223,16 @@ def table_schemas(
                     f"or cast the column at the source."
                 )
             columns[col] = merged
-    inferred, sequences = _inferred_and_sequences(resolved)
-    inferred_types = {(table, col): vtype for table, col, vtype, _pos in inferred}
+    inferred_types = {
+        (g["table"], col): vtype
+        for g in groups
+        if g["_tag"] == TAG_ROW
+        for col, vtype in variant_object_fields(g["row_schema"]).items()
+    }
+    sequences: dict[str, list[list[str]]] = {}
+    for g in groups:
+        if g["_tag"] == TAG_ROW:
+            sequences.setdefault(g["table"], []).extend(list(seq) for seq in g["sequences"] or ())
     for table, seqs in sorted(sequences.items()):
         schema = schemas.setdefault(table, TableSchema())
         order = list(schema.columns)
@@ -233,7 +243,7 @@ def table_schemas(
             for col in order
         )
     # A dropped column stays only where a row still holds a value written after the drop.
-    holding = {(table, col) for table, col, _vtype, _pos in inferred}
+    holding = set(inferred_types)
     for table, cols in inputs.dropped.items():
         for col in cols - {c for t, c in holding if t == table}:
             schemas.get(table, TableSchema()).columns.pop(col, None)

@@ -573,8 +573,8 @@ def test_type_change_that_loses_data_stops_the_job(replay, tmp_path):
 
 
 def test_mysql_and_jdbc_type_names(spark):
-    from pyspark.sql import functions as F
 
+    from airflow_cdc_provider.formats import sqlexpr as E
     from airflow_cdc_provider.formats.canal import jdbc_spark_type, mysql_spark_type
 
     cases = {
@@ -625,7 +625,9 @@ def test_mysql_and_jdbc_type_names(spark):
     }
     df = spark.createDataFrame([(k, None) for k in cases] + [(None, k) for k in jdbc], "m string, j string")
     got = df.select(
-        "m", "j", mysql_spark_type(F.col("m")).alias("mt"), jdbc_spark_type(F.col("j")).alias("jt")
+        "m",
+        "j",
+        *E.columns(mysql_spark_type(E.col("m")).alias("mt"), jdbc_spark_type(E.col("j")).alias("jt")),
     ).collect()
     assert {r["m"]: r["mt"] for r in got if r["m"] is not None} == cases
     assert {r["j"]: r["jt"] for r in got if r["j"] is not None} == jdbc

@@ -490,15 +490,14 @@ def test_landing_kind_by_extension():
 
 
 def test_event_time_forms(spark):
-    from pyspark.sql import functions as F
-
+    from airflow_cdc_provider.formats import sqlexpr as E
     from airflow_cdc_provider.formats.datahub_tuple import event_ms_from_text
 
     texts = ["1649991726000", "1649991726000123", "2022-04-15 02:42:06", " ", None, "soon"]
-    ms, bad = event_ms_from_text(F.col("t"))
+    ms, bad = event_ms_from_text(E.col("t"))
     rows = (
         spark.createDataFrame([(t,) for t in texts], "t string")
-        .select(ms.alias("ms"), bad.alias("bad"))
+        .select(*E.columns(ms.alias("ms"), bad.alias("bad")))
         .collect()
     )
     assert [(r["ms"], r["bad"]) for r in rows] == [

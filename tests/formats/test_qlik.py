@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from tests.conftest import assert_events_add_up
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.landed_files import list_landed_files
 from airflow_cdc_provider.formats.qlik import change_sequence_position, column_present
 
@@ -306,10 +307,10 @@ def test_change_sequence_orders_like_the_string(spark):
         "20250101000000000000000000000000001",
     ]
     df = spark.createDataFrame([(s,) for s in reversed(sequences)], "s string")
-    ordered = [r.s for r in df.orderBy(change_sequence_position(F.col("s"))).collect()]
+    ordered = [r.s for r in df.orderBy(change_sequence_position(E.col("s")).column()).collect()]
     assert ordered == sequences
     odd = spark.createDataFrame([("",), ("12ab",), ("7",)], "s string")
-    assert [r.p for r in odd.select(change_sequence_position(F.col("s")).alias("p")).collect()] == [
+    assert [r.p for r in odd.select(change_sequence_position(E.col("s")).alias("p").column()).collect()] == [
         None,
         None,
         [0, 0, 7],
@@ -323,7 +324,7 @@ def test_column_mask_is_little_endian_over_md_ordinals(spark):
     got = [
         (r.mask, r.ordinal, r.present)
         for r in df.select(
-            "mask", "ordinal", column_present(F.col("mask"), F.col("ordinal")).alias("present")
+            "mask", "ordinal", column_present(E.col("mask"), E.col("ordinal")).alias("present").column()
         ).collect()
     ]
     assert got == [

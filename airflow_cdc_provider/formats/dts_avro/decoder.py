@@ -20,9 +20,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.dts_avro.records import (
     CONTAINER_MAGIC,
@@ -130,92 +130,98 @@ def _json_line_messages(spark: SparkSession, files: list[LandedFile]) -> DataFra
     worker passes the line through undecoded.
     """
     records = parse_json_records(spark, files, _JSON_LINE_SCHEMA)
-    value = F.col("j.value")
-    text = F.try_variant_get(value, "$", "string")
-    payload = F.when(F.schema_of_variant(value) == "STRING", F.try_to_binary(text, F.lit("base64")))
+    value = E.col("j.value")
+    text = E.try_variant_get(value, "$", "string")
+    payload = E.when(E.schema_of_variant(value) == "STRING", E.try_to_binary(text, "base64"))
     kind, reason = classify(
-        (F.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
         (value.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
-        (F.is_variant_null(value), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (E.is_variant_null(value), KIND_IGNORED, IGNORED_TOMBSTONE),
         (payload.isNull(), KIND_QUARANTINED, Q_BAD_BASE64),
-        default_kind=F.lit(None).cast("string"),
+        default_kind=E.null("string"),
     )
-    unparsed = F.col("bad").isNotNull()  # parse_json_records' reason: not JSON, truncated, ...
+    unparsed = E.col("bad").isNotNull()  # parse_json_records' reason: not JSON, truncated, ...
     return records.select(
         "file",
         "file_pos",
         "line",
-        F.lit(LAYOUT_MESSAGE).alias("layout"),
-        payload.alias("payload"),
-        # A decoded message is identified by its bytes, not by the Kafka envelope around them.
-        F.when(~unparsed & kind.isNull(), F.trim(text)).otherwise(F.col("text")).alias("raw"),
-        F.when(unparsed, F.lit(KIND_QUARANTINED)).otherwise(kind).alias("kind"),
-        F.when(unparsed, F.col("bad")).otherwise(reason).alias("reason"),
+        *E.columns(
+            E.lit(LAYOUT_MESSAGE).alias("layout"),
+            payload.alias("payload"),
+            # A decoded message is identified by its bytes, not by the Kafka envelope around them.
+            E.when(~unparsed & kind.isNull(), E.trim(text)).otherwise(E.col("text")).alias("raw"),
+            E.when(unparsed, E.lit(KIND_QUARANTINED)).otherwise(kind).alias("kind"),
+            E.when(unparsed, E.col("bad")).otherwise(reason).alias("reason"),
+        ),
     )
 
 
 def _binary_file_messages(spark: SparkSession, paths: list[str]) -> DataFrame:
     """One row per binary file: its whole content, as a container or as one raw message."""
-    content = F.col("content")
-    layout = F.when(F.substring(content, 1, 4) == F.lit(bytearray(CONTAINER_MAGIC)), F.lit(LAYOUT_CONTAINER))
+    content = E.col("content")
+    magic = E.unhex(E.lit(CONTAINER_MAGIC.hex()))
+    layout = E.when(E.substring(content, 1, 4) == magic, E.lit(LAYOUT_CONTAINER))
     return (
         spark.read.format("binaryFile")
         .load(paths)
         .select(
-            F.col("_metadata.file_path").alias("file"),
-            F.lit(0).cast("long").alias("file_pos"),
-            F.lit(None).cast("long").alias("line"),
-            layout.otherwise(F.lit(LAYOUT_MESSAGE)).alias("layout"),
-            content.alias("payload"),
-            F.lit(None).cast("string").alias("raw"),
-            F.lit(None).cast("string").alias("kind"),
-            F.lit(None).cast("string").alias("reason"),
+            *E.columns(
+                E.col("_metadata.file_path").alias("file"),
+                E.lit(0).cast("bigint").alias("file_pos"),
+                E.null("bigint").alias("line"),
+                layout.otherwise(E.lit(LAYOUT_MESSAGE)).alias("layout"),
+                content.alias("payload"),
+                E.null("string").alias("raw"),
+                E.null("string").alias("kind"),
+                E.null("string").alias("reason"),
+            )
         )
     )
 
 
 def _canonical_decoded(decoded: DataFrame) -> DataFrame:
     """Typed images from the worker's value texts; a text that does not convert quarantines."""
-    types = F.from_json(F.col("types_json"), _STRING_MAP)
-    before_text = F.from_json(F.col("before_json"), _STRING_MAP)
-    after_text = F.from_json(F.col("after_json"), _STRING_MAP)
     staged = decoded.select(
         "*",
-        types.alias("types"),
-        before_text.alias("before_text"),
-        after_text.alias("after_text"),
+        *E.columns(
+            E.from_json("types_json", _STRING_MAP).alias("types"),
+            E.from_json("before_json", _STRING_MAP).alias("before_text"),
+            E.from_json("after_json", _STRING_MAP).alias("after_text"),
+        ),
     ).select(
         "*",
-        text_image(F.col("before_text"), F.col("types")).alias("before"),
-        text_image(F.col("after_text"), F.col("types")).alias("after"),
+        *E.columns(
+            text_image(E.col("before_text"), E.col("types")).alias("before"),
+            text_image(E.col("after_text"), E.col("types")).alias("after"),
+        ),
     )
-    did_not_convert = F.coalesce(
-        failed_conversions(F.col("before_text"), F.col("before")), F.lit(False)
-    ) | F.coalesce(failed_conversions(F.col("after_text"), F.col("after")), F.lit(False))
+    did_not_convert = E.coalesce(
+        failed_conversions(E.col("before_text"), E.col("before")), E.lit(False)
+    ) | E.coalesce(failed_conversions(E.col("after_text"), E.col("after")), E.lit(False))
     kind, reason = classify(
-        ((F.col("kind") == KIND_CHANGE) & did_not_convert, KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        default_kind=F.col("kind"),
+        ((E.col("kind") == KIND_CHANGE) & did_not_convert, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        default_kind=E.col("kind"),
     )
     change = kind == KIND_CHANGE
     return staged.select(
         *canonical(
-            table=F.col("table"),
+            table=E.col("table"),
             kind=kind,
-            op=F.when(change, F.col("op")),
-            reason=F.coalesce(reason, F.col("reason")),
-            event_ms=F.col("event_ms"),
-            log_pos=F.col("log_pos"),
-            sub_pos=F.lit(0),
-            tx_id=F.col("tx_id"),
-            before=F.when(change, F.col("before")),
-            after=F.when(change, F.col("after")),
-            partial=F.when(change, F.col("partial")),
-            key_cols=F.col("key_cols"),
-            types=F.when(change, F.col("types")),
-            file=F.col("file"),
-            file_pos=F.col("file_pos"),
-            line=F.col("line"),
-            raw=F.col("raw"),
+            op=E.when(change, E.col("op")),
+            reason=E.coalesce(reason, E.col("reason")),
+            event_ms=E.col("event_ms"),
+            log_pos=E.col("log_pos"),
+            sub_pos=E.lit(0),
+            tx_id=E.col("tx_id"),
+            before=E.when(change, E.col("before")),
+            after=E.when(change, E.col("after")),
+            partial=E.when(change, E.col("partial")),
+            key_cols=E.col("key_cols"),
+            types=E.when(change, E.col("types")),
+            file=E.col("file"),
+            file_pos=E.col("file_pos"),
+            line=E.col("line"),
+            raw=E.col("raw"),
         )
     )
 
