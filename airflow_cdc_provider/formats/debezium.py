@@ -220,7 +220,12 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
         e["after"].alias("_after").column(),
         e["before"].alias("_before").column(),
         # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
-        column_types(_declared_columns(E.col("j.schema.fields"))).alias("_connect").column(),
+        # The guard is compiled code: records without a schema block skip the interpreted walk.
+        E.when(
+            E.col("j.schema.fields").isNotNull(), column_types(_declared_columns(E.col("j.schema.fields")))
+        )
+        .alias("_connect")
+        .column(),
     )
     after_raw, before_raw = E.col("_after"), E.col("_before")
     # Lindorm HBase tables: no schema block, key ROW, every value Base64.

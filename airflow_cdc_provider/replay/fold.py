@@ -118,7 +118,11 @@ def _lacks_key() -> Expr:
     is_row = (E.col("kind") == KIND_CHANGE) & (E.col("op") != OP_TRUNCATE)
     new_key = E.col("_new_key")
     return E.coalesce(
-        is_row & E.col("_key_cols").isNotNull() & (E.size(E.array_compact(new_key)) < E.size(new_key)),
+        # Ascending sort_array puts nulls first: no lambda per event (array_compact runs one).
+        is_row
+        & E.col("_key_cols").isNotNull()
+        & (E.size(new_key) > 0)
+        & E.try_element_at(E.sort_array(new_key), 1).isNull(),
         E.lit(False),
     )
 
