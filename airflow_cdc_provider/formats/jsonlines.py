@@ -49,30 +49,27 @@ def parse_json_records(
     reason for a record that did not parse (null otherwise). Whitespace-only lines are dropped:
     they are not records.
 
-    With ``previous_max_chars`` there is also ``previous``: the text of the record just before in
-    its file (``file_pos`` one less), when it is at most that long (null otherwise). Landings that
+    With ``previous_max_chars`` there is also ``previous``: the text of the line just before in its
+    file, when that line is a record (not blank) at most that long (null otherwise). Landings that
     write a Kafka key on the line before its value (Debezium MongoDB) pair them this way; it costs
-    a window over each file's records.
+    a window over each file's lines, which also pairs lines on either side of a split boundary.
     """
     with_corrupt = StructType(list(schema.fields) + [StructField(CORRUPT, StringType())])
     records = read_records(spark, files)
     text = E.col("text")
     # A blank line (whitespace only, not empty) is no record; an empty line is a Kafka tombstone.
     blank = E.coalesce((E.trim(text) == "") & (text != ""), E.lit(False))
-    records = records.where((~blank).column())
     extra: list[Column] = []
     if previous_max_chars is not None:
-        before = F.lag(F.struct("file_pos", "text"), 1).over(Window.partitionBy("file").orderBy("file_pos"))
+        # Before blank lines go: a blank line between a key and a value leaves them unpaired.
+        before = F.lag("text", 1).over(Window.partitionBy("file").orderBy("file_pos"))
         records = records.select("*", before.alias("_before"))
         extra = [
-            E.when(
-                (E.col("_before.file_pos") == E.col("file_pos") - 1)
-                & (E.length("_before.text") <= previous_max_chars),
-                E.col("_before.text"),
-            )
+            E.when((E.length("_before") <= previous_max_chars) & (E.trim("_before") != ""), E.col("_before"))
             .alias("previous")
             .column()
         ]
+    records = records.where((~blank).column())
     damaged = E.col("damaged")
     tombstone = ~damaged & ((text == "") | (E.trim(text) == "null"))
     unparsable = unparsable_reason(text, damaged, E.col("not_utf8"))
