@@ -226,29 +226,63 @@ def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     )
 
 
+def _split_positions(spark: SparkSession, files: list[LandedFile], asked: DataFrame) -> DataFrame:
+    """``file, file_pos`` of every record of the split-read files that ``asked`` (a ``file`` column) names.
+
+    Spark packs a given list of files into the same splits every time, so reading all the
+    split-read files again with the same reader gives every record the same ``file_pos``. The files
+    asked about are picked afterwards: a filter on the file could prune the read and change the packing.
+    """
+    split = [f.path for f in files if not f.damaged and not f.read_whole]
+    return (
+        _split_file_records(spark, split)
+        .select("file", "file_pos")
+        .join(F.broadcast(asked.select("file").distinct()), "file", "left_semi")
+    )
+
+
 def split_lines(spark: SparkSession, files: list[LandedFile], positions: DataFrame) -> DataFrame:
     """``positions`` (``file, file_pos`` of records read in splits) with their exact ``line``.
 
-    Spark packs a given list of files into the same splits every time, so reading the split-read
-    files again with the same reader gives every record the same ``file_pos``; numbering the lines
-    of the files asked about then places each record. Text only, nothing parsed: this runs for the
-    records a run shows (quarantine, metadata), not for every record read.
+    Numbering the lines of the files asked about places each record. Text only, nothing parsed:
+    this runs for the records a run shows (quarantine, metadata), not for every record read.
     """
-    split = [f.path for f in files if not f.damaged and not f.read_whole]
-    if not split:
+    if all(f.damaged or f.read_whole for f in files):
         return positions.withColumn("line", F.lit(None).cast("long"))
-    asked = positions.select("file").distinct()
-    lines = (
-        _split_file_records(spark, split)
-        .select("file", "file_pos")
-        .join(F.broadcast(asked), "file", "left_semi")
-    )
-    numbered = lines.select(
+    numbered = _split_positions(spark, files, positions).select(
         "file",
         "file_pos",
         F.row_number().over(Window.partitionBy("file").orderBy("file_pos")).cast("long").alias("line"),
     )
     return positions.join(numbered, ["file", "file_pos"], "left")
+
+
+def unterminated_last_records(spark: SparkSession, files: list[LandedFile], paths: set[str]) -> DataFrame:
+    """``file, file_pos`` of the last record of each split-read file in ``paths`` that ends without a
+    line break: the line a whole-read file flags as cut short (a split cannot see where its file ends).
+
+    The last byte is read on the driver (uncompressed files only: a compressed stream would have to
+    be decoded); the last record's position comes from one text-only read of the split files.
+    """
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def unterminated(landed: LandedFile) -> bool:
+        path = jvm.org.apache.hadoop.fs.Path(landed.path)
+        stream = path.getFileSystem(conf).open(path)
+        try:
+            stream.seek(landed.size - 1)
+            return stream.read() != ord("\n")
+        finally:
+            stream.close()
+
+    asked = [f for f in files if f.path in paths and not (f.damaged or f.read_whole or f.compressed)]
+    with ThreadPoolExecutor(max_workers=min(_SCAN_THREADS, max(1, len(asked)))) as pool:
+        cut = [f.path for f, yes in zip(asked, pool.map(unterminated, asked)) if yes]
+    if not cut:
+        return spark.createDataFrame([], "file string, file_pos long")
+    named = spark.createDataFrame([(p,) for p in cut], "file string")
+    return _split_positions(spark, files, named).groupBy("file").agg(F.max("file_pos").alias("file_pos"))
 
 
 def _salvaged_records(spark: SparkSession, paths: list[str]) -> DataFrame:

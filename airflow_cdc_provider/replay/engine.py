@@ -21,9 +21,16 @@ from airflow_cdc_provider.formats.events import (
     IGNORED_TABLE_FILTER,
     KIND_CHANGE,
     KIND_IGNORED,
+    Q_NOT_JSON,
+    Q_TRUNCATED,
     position_text,
 )
-from airflow_cdc_provider.formats.landed_files import LandedFile, checkpoint_salvaging, split_lines
+from airflow_cdc_provider.formats.landed_files import (
+    LandedFile,
+    checkpoint_salvaging,
+    split_lines,
+    unterminated_last_records,
+)
 from airflow_cdc_provider.replay.base_state import (
     ROWS_DIR,
     STATE_DIR,
@@ -148,6 +155,11 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         read = read_all(spark, spec, decode, read.files, read.skipped, None, None)
         result = _fold(spark, spec, read, decode, decoder.partial_images)
         groups = group_counts(result.resolved)
+    if any(g["_tag"] == TAG_QUARANTINED and g["reason"] == Q_NOT_JSON for g in groups):
+        if (named := _cut_short_tails(spark, read.files, result.resolved)) is not None:
+            result.resolved.unpersist()
+            result.resolved = named
+            groups = group_counts(named)
     try:
         return _write(spark, spec, target, read, result.resolved, groups)
     finally:
@@ -213,6 +225,37 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
     else:
         resolved, read.files = checkpoint_salvaging(spark, read.files, build)
     return _Folded(resolved, folded_ref[0], kept)
+
+
+def _cut_short_tails(spark: SparkSession, files: list[LandedFile], resolved: DataFrame) -> DataFrame | None:
+    """``resolved`` with split-read files' unparsable last lines named ``truncated`` (None: none were).
+
+    A whole-read file knows whether its last line ended with a line break; a split does not, so
+    such a line is first set aside as ``not JSON``. Only runs when the counts show one.
+    """
+    first = F.col("first")
+    not_json = (F.col("_tag") == TAG_QUARANTINED) & (first["reason"] == Q_NOT_JSON)
+    split = {f.path for f in files if not (f.read_whole or f.damaged or f.compressed)}
+    if not split:
+        return None
+    paths = {
+        r["file"] for r in resolved.where(not_json).select(first["file"].alias("file")).distinct().collect()
+    }
+    tails = unterminated_last_records(spark, files, paths & split).collect()
+    if not tails:
+        return None
+    cut = F.broadcast(
+        spark.createDataFrame([(t["file"], t["file_pos"]) for t in tails], "_t_file string, _t_pos long")
+    )
+    matched = not_json & (first["file"] == F.col("_t_file")) & (first["file_pos"] == F.col("_t_pos"))
+    named = (
+        resolved.join(
+            cut, (first["file"] == F.col("_t_file")) & (first["file_pos"] == F.col("_t_pos")), "left"
+        )
+        .withColumn("first", F.when(matched, first.withField("reason", F.lit(Q_TRUNCATED))).otherwise(first))
+        .drop("_t_file", "_t_pos")
+    )
+    return named.localCheckpoint(eager=True)
 
 
 def _with_split_lines(

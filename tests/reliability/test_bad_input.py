@@ -122,6 +122,32 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     )
 
 
+def test_a_split_read_file_cut_short_names_its_last_line_truncated(spark, replay, tmp_path, monkeypatch):
+    """As in a file read whole: the unparsable last line of a file that ends without a line break is
+    "truncated"; other unparsable lines, and the last line of a file that ends with one, are "not JSON"."""
+    landed = tmp_path / "in"
+    landed.mkdir()
+    rows = [json.dumps(dbz("c", i, T0 + i, name=BIG)) for i in range(1, 7)]
+    cut_line = '{"op": "c", "after": {"id": 9'
+    (landed / "cut.json").write_bytes(("\n".join([*rows[:2], "{oops", *rows[2:4], cut_line])).encode())
+    (landed / "ended.json").write_bytes(("\n".join([*rows[4:], cut_line]) + "\n").encode())
+    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", 1024)  # both files read in splits
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "2048")  # and each in several splits
+    try:
+        output = tmp_path / "out"
+        metrics, tables = replay("debezium-json", landed, key="id", output=output)
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    assert [r["id"] for r in tables["db.shop"]] == [1, 2, 3, 4, 5, 6]
+    assert where(quarantined(output)) == [
+        ("cut.json", 3, "not JSON", "{oops"),
+        ("cut.json", 6, "truncated", cut_line),
+        ("ended.json", 3, "not JSON", cut_line),
+    ]
+    assert metrics["events"]["quarantined"] == 3
+    assert_events_add_up(metrics)
+
+
 def write_cut(path: Path, compress, lines: list[str], keep: float) -> None:
     whole = compress("".join(line + "\n" for line in lines).encode())
     path.write_bytes(whole[: int(len(whole) * keep)])
