@@ -422,9 +422,6 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
             after=E.when(is_change & (op != OP_DELETE), row),
             partial=E.lit(False),
             key_cols=_definition_keys(catalog, E.col("_table")),
-            file=E.col("file"),
-            file_pos=E.col("file_pos"),
-            line=E.col("line"),
             raw=E.col("text"),
         )
     )
@@ -675,9 +672,6 @@ def _tabular_events(rows: DataFrame) -> DataFrame:
             partial=E.lit(False),
             key_cols=E.col("key_cols"),
             types=E.when(is_change, E.col("types")),
-            file=E.col("file"),
-            file_pos=E.col("file_pos"),
-            line=E.col("line"),
             raw=E.col("raw"),
         )
     )

@@ -434,9 +434,6 @@ class CanalJsonDecoder(Decoder):
                 partial=E.lit(False),
                 key_cols=E.col("key_cols"),
                 types=E.when(ddl | (E.col("kind") == KIND_CHANGE), E.col("types")),
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

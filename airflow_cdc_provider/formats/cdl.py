@@ -220,9 +220,6 @@ class CdlJsonDecoder(Decoder):
                 partial=E.lit(False),
                 key_cols=key_cols,
                 types=E.when(declared.isNotNull(), E.transform_values(declared, lambda k, t: t["type"])),
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

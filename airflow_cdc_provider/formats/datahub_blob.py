@@ -374,8 +374,5 @@ def _canonical_columns() -> dict[str, Expr]:
         "partial": E.when(is_row, E.lit(False)),
         "key_cols": E.when(is_change, E.col("key_cols")),
         "types": E.when(is_row, E.col("types")),
-        "file": E.col("file"),
-        "file_pos": E.col("file_pos"),
-        "line": E.col("line"),
         "raw": E.col("text"),
     }

@@ -415,9 +415,6 @@ def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
             after=E.when(is_change & op.isin("I", "U"), E.col("image")),
             partial=E.when(is_change, E.lit(False)),
             types=E.when(is_change, E.col("types")),
-            file=E.col("file"),
-            file_pos=E.col("file_pos"),
-            line=E.col("line"),
             raw=E.col("raw"),
         )
     )

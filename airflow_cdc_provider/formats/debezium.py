@@ -330,9 +330,6 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             partial=E.lit(False),
             key_cols=key_cols,
             types=types,
-            file=E.col("file"),
-            file_pos=E.col("file_pos"),
-            line=E.col("line"),
             raw=E.col("text"),
         )
     )

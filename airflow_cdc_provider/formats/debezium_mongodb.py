@@ -621,9 +621,6 @@ class DebeziumMongodbDecoder(Decoder):
                 partial=E.coalesce(is_change & E.col("partial"), E.lit(False)),
                 key_cols=E.array(E.lit(KEY_COLUMN)),
                 types=E.when(is_change & declares, types_of(applied_image)),
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

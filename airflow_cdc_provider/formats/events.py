@@ -114,8 +114,13 @@ def position_text(file: str, line: int | None, file_pos: int, sub_pos: int | Non
     return f"{file} {where}"
 
 
+# Where a record sits in the landing: every decoder carries these columns of the reader through.
+LANDING_POSITION = ("file", "file_pos", "line")
+
+
 def canonical(**columns: Expr) -> list[Column]:
-    """Select list in canonical order; columns not given are typed nulls.
+    """Select list in canonical order; ``LANDING_POSITION`` columns not given are read from the input
+    frame's columns of the same name, other columns not given are typed nulls.
 
     Decoders call this once with the columns they know, so a new canonical field never breaks
     a decoder and every decoder's output has exactly the canonical schema. Values built with
@@ -124,6 +129,7 @@ def canonical(**columns: Expr) -> list[Column]:
     unknown = set(columns) - set(CANONICAL_COLUMNS)
     if unknown:
         raise ValueError(f"not canonical event columns: {sorted(unknown)}")
+    columns = {**{name: E.col(name) for name in LANDING_POSITION}, **columns}
     out = []
     for field in CANONICAL_EVENT_SCHEMA.fields:
         value = columns.get(field.name)

@@ -229,9 +229,6 @@ class MaxwellJsonDecoder(Decoder):
                 partial=E.lit(False),
                 key_cols=E.col("key_cols"),
                 types=E.when(ddl, E.col("ddl_types")),
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

@@ -175,9 +175,6 @@ class OggJsonDecoder(Decoder):
                 after=E.when(is_change & op.isin(OP_INSERT, OP_UPDATE), after),
                 partial=E.coalesce(is_change & partial, E.lit(False)),
                 key_cols=E.when(E.size(j["primary_keys"]) > 0, j["primary_keys"]),
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

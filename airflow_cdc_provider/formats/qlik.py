@@ -469,9 +469,6 @@ class QlikJsonDecoder(Decoder):
                 partial=E.coalesce(partial, E.lit(False)),
                 key_cols=md["key_cols"],
                 types=md["types"],
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

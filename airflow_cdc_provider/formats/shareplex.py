@@ -290,9 +290,6 @@ class ShareplexJsonDecoder(Decoder):
                 before=E.when(is_change | ((kind == KIND_IGNORED) & (op == _DROP_COLUMN)), before),
                 after=E.when(is_change, after),
                 partial=E.when(is_change, op.isin(OP_UPDATE, _AFTER)),
-                file=E.col("file"),
-                file_pos=E.col("file_pos"),
-                line=E.col("line"),
                 raw=E.col("text"),
             )
         )

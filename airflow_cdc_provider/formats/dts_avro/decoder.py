@@ -218,9 +218,6 @@ def _canonical_decoded(decoded: DataFrame) -> DataFrame:
             partial=E.when(change, E.col("partial")),
             key_cols=E.col("key_cols"),
             types=E.when(change, E.col("types")),
-            file=E.col("file"),
-            file_pos=E.col("file_pos"),
-            line=E.col("line"),
             raw=E.col("raw"),
         )
     )
