@@ -68,6 +68,7 @@ def replay(spark, tmp_path):
         on_error="quarantine",
         with_metadata=False,
         output=None,
+        whole_transactions=False,
         **decode_kwargs,
     ):
         counter["n"] += 1
@@ -83,6 +84,7 @@ def replay(spark, tmp_path):
             tables=list(tables),
             on_error=on_error,
             with_metadata=with_metadata,
+            whole_transactions=whole_transactions,
             decode_options=DecodeOptions(**decode_kwargs) if decode_kwargs else None,
         )
         metrics = run_snapshot(spark, spec)

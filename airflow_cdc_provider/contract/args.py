@@ -146,6 +146,7 @@ class SnapshotArgs:
     lateness: str = DEFAULT_LATENESS
     base_path: str | None = None
     keep_state: bool = False
+    whole_transactions: bool = False
     error_file: str | None = None  # where the job writes its own error for the operator to read
 
     @classmethod
@@ -168,6 +169,7 @@ class SnapshotArgs:
         lateness: str = DEFAULT_LATENESS,
         base_path: str | os.PathLike | None = None,
         keep_state: bool = False,
+        whole_transactions: bool = False,
         error_file: str | os.PathLike | None = None,
     ) -> SnapshotArgs:
         """Validate loose operator values (a path or a list, datetime or text) into a request."""
@@ -197,6 +199,7 @@ class SnapshotArgs:
             **_pruning_arguments(partitions, partition_timezone, lateness),
             base_path=_checked("base_path", base_path) if base_path else None,
             keep_state=bool(keep_state),
+            whole_transactions=bool(whole_transactions),
             error_file=_checked("error_file", error_file) if error_file else None,
         )
 
@@ -230,6 +233,8 @@ class SnapshotArgs:
             args += ["--base", self.base_path]
         if self.keep_state:
             args.append("--keep-state")
+        if self.whole_transactions:
+            args.append("--whole-transactions")
         if self.error_file:
             args += ["--error-file", self.error_file]
         return args
@@ -261,6 +266,7 @@ class SnapshotArgs:
             lateness=ns.lateness,
             base_path=ns.base,
             keep_state=ns.keep_state,
+            whole_transactions=ns.whole_transactions,
             error_file=ns.error_file,
         ).with_key_arguments(ns.key)
 
@@ -367,6 +373,12 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool
         "--keep-state",
         action="store_true",
         help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)",
+    )
+    parser.add_argument(
+        "--whole-transactions",
+        action="store_true",
+        help="apply a transaction whole or not at all: as of T only when its last event is at or before T "
+        "(formats whose records carry transaction ids)",
     )
     parser.add_argument(
         "--error-file", help=argparse.SUPPRESS

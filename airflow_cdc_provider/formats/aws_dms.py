@@ -317,6 +317,7 @@ class AwsDmsDecoder(Decoder):
         "--key (unless dms_table_definition.json marks ColumnIsPk); CSV: --columns TABLE=C1,... "
         "or dms_table_definition.json; --timestamp-column for DMS's TimestampColumnName"
     )
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         definitions: dict[str, TableDefinition] = {}

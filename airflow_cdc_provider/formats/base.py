@@ -56,6 +56,8 @@ class Decoder(ABC):
     # Whether one ``--table`` also names the table of records that do not say which (Qlik DT
     # messages without schema/table fields).
     table_from_filter: ClassVar[bool] = False
+    # Whether records carry a transaction id (``tx_id``): ``--whole-transactions`` needs it.
+    transaction_ids: ClassVar[bool] = False
 
     @abstractmethod
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:

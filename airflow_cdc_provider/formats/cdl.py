@@ -126,6 +126,7 @@ class CdlJsonDecoder(Decoder):
         "with or without the Kafka Connect schema block"
     )
     needs = ""
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

@@ -191,6 +191,7 @@ class DebeziumJsonDecoder(Decoder):
         "Oracle, SQL Server), Lindorm SQL and HBase tables, Huawei CDL message_version 2.0"
     )
     needs = "--key (except Lindorm HBase tables, keyed by ROW, and CDL records carrying `unique`)"
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         return envelope_events(parse_json_records(spark, files, RECORD_SCHEMA), options)

@@ -78,6 +78,7 @@ class DebeziumAvroDecoder(Decoder):
         "or landed as Parquet; Connect logical types mapped as debezium-json maps them; fastavro in Python workers"
     )
     needs = "--key"
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parquet = [f.path for f in files if landing_kind(f.path, (KIND_PARQUET,)) == KIND_PARQUET]

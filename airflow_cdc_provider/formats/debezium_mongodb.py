@@ -436,6 +436,7 @@ class DebeziumMongodbDecoder(Decoder):
     )
     needs = ""
     partial_images = True
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA, previous_max_chars=_KEY_LINE_MAX_CHARS)

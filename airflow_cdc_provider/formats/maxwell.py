@@ -125,6 +125,7 @@ class MaxwellJsonDecoder(Decoder):
         "primary_key_columns, bootstrap-insert as full load, DDL records ignored"
     )
     needs = "--key (when records carry no primary_key_columns)"
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

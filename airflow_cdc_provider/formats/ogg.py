@@ -112,6 +112,7 @@ class OggJsonDecoder(Decoder):
     )
     needs = "--key (when records carry no primary_keys)"
     partial_images = True
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

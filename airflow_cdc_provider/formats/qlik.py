@@ -306,6 +306,7 @@ class QlikJsonDecoder(Decoder):
     needs = ""
     partial_images = True
     table_from_filter = True
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

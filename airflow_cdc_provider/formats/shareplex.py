@@ -157,6 +157,7 @@ class ShareplexJsonDecoder(Decoder):
     )
     needs = "--key (or --key rowid)"
     partial_images = True
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)

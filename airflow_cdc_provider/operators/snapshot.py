@@ -70,6 +70,9 @@ class CdcSnapshotOperator(BaseOperator):
         it, make a full rebuild; the metrics' ``incremental`` block says which. (templated)
     :param keep_state: also write ``_cdc_state/`` so a later run can use this output as its base
         (implied by ``base_path``).
+    :param whole_transactions: apply each transaction whole or not at all (``--whole-transactions``):
+        as of T only when its last event is at or before T. Only for formats whose records carry
+        transaction ids; not with ``base_path`` or ``keep_state``.
     :param output_asset: the Asset (or its URI) this task produces. Default: the folder of
         ``output_path`` above its first templated part (``s3a://lake/snap/{{ ds }}`` gives
         ``s3a://lake/snap``), or ``x-cdc-snapshot://<dag_id>/<task_id>`` when no part of it is
@@ -112,6 +115,7 @@ class CdcSnapshotOperator(BaseOperator):
         lateness: str = "1h",
         base_path: str | None = None,
         keep_state: bool = False,
+        whole_transactions: bool = False,
         output_asset: Asset | str | None = None,
         driver_log_level: str | None = DEFAULT_DRIVER_LOG_LEVEL,
         **kwargs: Any,
@@ -134,6 +138,7 @@ class CdcSnapshotOperator(BaseOperator):
         self.lateness = lateness
         self.base_path = base_path
         self.keep_state = keep_state
+        self.whole_transactions = whole_transactions
         self.driver_log_level = normalise_log_level(driver_log_level)  # a typo fails when the DAG is parsed
         dag_id = self.dag.dag_id if self.has_dag() else None
         self.output_asset = (
@@ -172,6 +177,7 @@ class CdcSnapshotOperator(BaseOperator):
             lateness=self.lateness,
             base_path=self.base_path or None,
             keep_state=self.keep_state,
+            whole_transactions=self.whole_transactions,
         )
         self._request = request
         self.log.info("Rebuilding snapshot as of %s into %s", request.as_of, request.output_path)

@@ -73,6 +73,7 @@ from airflow_cdc_provider.replay.schemas import (
     typed_value,
 )
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.transactions import with_transaction_times
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
 
     def decode(landed: list[LandedFile], context: list[LandedFile] = ()) -> DataFrame:
         options = replace(spec.decode_options, context_files=tuple(context))
-        return with_keys(decoder.decode(spark, landed, options), spec.keys)
+        events = with_keys(decoder.decode(spark, landed, options), spec.keys)
+        return with_transaction_times(events) if spec.whole_transactions else events
 
     read = read_input(spark, spec, decode, decoder.partial_images)
     result = _fold(spark, spec, read, decode, decoder.partial_images)

@@ -37,6 +37,7 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
 )
 from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.replay.transactions import APPLY_MS, TX_FIRST
 
 # Group tags.
 TAG_ROW = "R"  # a keyed row change
@@ -44,6 +45,8 @@ TAG_TRUNCATE = "T"
 TAG_IGNORED = "I"
 TAG_QUARANTINED = "Q"
 TAG_NO_KEY = "K"  # row changes of a table nobody gave a key for: a configuration error
+# A row change on time for AS OF whose transaction is not (``--whole-transactions``).
+HELD_BACK = "_held_back"
 
 # Op codes in the counting list.
 _OP_CODE = {OP_INSERT: 1, OP_READ: 1, OP_UPDATE: 2, OP_DELETE: 3}
@@ -157,6 +160,18 @@ def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
     )
 
 
+def _on_time(as_of_ms: int) -> Expr:
+    return E.coalesce(E.col("event_ms"), E.lit(0)) <= as_of_ms
+
+
+def applies_by(events: DataFrame, as_of_ms: int) -> Expr:
+    """Whether an event of ``events`` applies as of AS OF: by its own time, or by its transaction's
+    (``transactions.APPLY_MS``, null when it never applies) under ``--whole-transactions``."""
+    if APPLY_MS in events.columns:
+        return E.coalesce(E.col(APPLY_MS) <= as_of_ms, E.lit(False))
+    return _on_time(as_of_ms)
+
+
 def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
     """Attach group tag and key to every event of ``with_keys``; split key-changing updates in two."""
     missing_key = _lacks_key()
@@ -197,7 +212,12 @@ def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
     key_moved = E.coalesce(
         is_row & (E.col("op") == OP_UPDATE) & (E.col("_old_key") != E.col("_new_key")), False
     )
-    applied = E.coalesce(E.col("event_ms"), E.lit(0)) <= as_of_ms
+    applied = applies_by(events, as_of_ms)
+    held_back = (
+        []
+        if APPLY_MS not in events.columns
+        else [(is_change & ~applied & _on_time(as_of_ms)).alias(HELD_BACK)]
+    )
     keyed = staged.select(
         "*",
         *E.columns(
@@ -206,6 +226,7 @@ def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
             (is_change & applied).alias("_applied"),
             (_is_ddl() & applied).alias("_ddl_applied"),
             (is_change & ~applied).alias("_after_as_of"),
+            *held_back,
             E.col("_content_hash").alias("_hash"),
             key_moved.alias("_key_moved"),
         ),
@@ -242,7 +263,7 @@ def table_changes(events: DataFrame, as_of_ms: int) -> DataFrame:
     Both change every row of a table, so the counting window and each key's state need them.
     Read straight from the canonical events: neither needs a key.
     """
-    applied = E.coalesce(E.col("event_ms"), E.lit(0)) <= as_of_ms
+    applied = applies_by(events, as_of_ms)
     is_trunc = applied & (E.col("kind") == KIND_CHANGE) & (E.col("op") == OP_TRUNCATE)
     is_drop = applied & _is_ddl() & (E.size(E.map_keys(E.coalesce(E.col("before"), empty_image()))) > 0)
     return (
@@ -396,6 +417,12 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
         lists = [E.max(E.when(moved_away, ord_)).alias("_last_move")]
     if has_base:
         lists.append(E.max(E.when(from_base, ord_)).alias("base_ord"))
+    if HELD_BACK in keyed.columns:
+        held = E.col(HELD_BACK) & ~E.col("_moved_away")
+        lists += [
+            E.count(E.when(held, E.lit(1))).alias("held_back"),
+            E.count(E.when(held & E.col(TX_FIRST), E.lit(1))).alias("held_back_transactions"),
+        ]
     is_listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
     not_moved = ~E.col("_moved_away")
     folded = flagged.groupBy(*_GROUP).agg(

@@ -23,6 +23,9 @@ from airflow_cdc_provider.replay.spec import SnapshotSpec
 
 log = logging.getLogger(__name__)
 
+# The fold's per-key counts under --whole-transactions (fold.HELD_BACK).
+HELD_BACK_COUNTS = ("held_back", "held_back_transactions")
+
 
 def group_counts(resolved: DataFrame) -> list:
     """One small row per (table, tag, reason): everything the metrics need, in one Spark query.
@@ -33,6 +36,7 @@ def group_counts(resolved: DataFrame) -> list:
     c = E.col("counts")
     listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
     final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
+    held_back = [E.sum(name).alias(name) for name in HELD_BACK_COUNTS if name in resolved.columns]
     return (
         resolved.groupBy("table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
         .agg(
@@ -40,6 +44,7 @@ def group_counts(resolved: DataFrame) -> list:
                 E.sum("n").alias("n"),
                 E.sum("after_as_of").alias("after_as_of"),
                 E.sum("unpositioned").alias("unpositioned"),
+                *held_back,
                 E.sum(E.col("exists").cast("long")).alias("rows"),
                 *[E.sum(c[name]).alias(name) for name in COUNTS],
                 E.max("last_event_ms").alias("last_event_ms"),
@@ -164,6 +169,13 @@ def build_metrics(
         "mode": "incremental" if read.base is not None else "full",
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if spec.whole_transactions:
+        # Row changes on time for AS OF whose transaction is not; they count in events.after_as_of.
+        metrics["transactions"] = {
+            "whole": True,
+            "held_back": sum(int(g["held_back_transactions"] or 0) for g in groups),
+            "events_held_back": sum(int(g["held_back"] or 0) for g in groups),
+        }
     if read.incremental is not None:
         metrics["incremental"] = read.incremental
     return metrics

@@ -27,6 +27,7 @@ class SnapshotSpec:
     partitions: PartitionPruning
     base: str | None  # an earlier output (written with keep_state) to start from
     keep_state: bool  # also write _cdc_state/ so a later run can start from this one
+    whole_transactions: bool = False  # a transaction applies whole or not at all
 
     @property
     def writes_state(self) -> bool:
@@ -40,6 +41,8 @@ class SnapshotSpec:
                 f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {args.on_error!r}"
             )
         keys = parse_keys(args.key_arguments)
+        if args.whole_transactions:
+            _check_whole_transactions(args)
         # One --table names the table of files that do not say which, for formats that need it.
         table = (
             args.tables[0]
@@ -71,6 +74,7 @@ class SnapshotSpec:
             ),
             base=args.base_path or None,
             keep_state=args.keep_state,
+            whole_transactions=args.whole_transactions,
         )
 
     @classmethod
@@ -99,6 +103,24 @@ class SnapshotSpec:
             **options,
         )
         return cls.from_job_args(args, decode_options)
+
+
+def _check_whole_transactions(args: SnapshotArgs) -> None:
+    """``--whole-transactions`` needs transaction ids in the records, and a full rebuild."""
+    from airflow_cdc_provider.formats import format_names
+
+    if not get_decoder(args.source_format).transaction_ids:
+        carrying = [name for name in format_names() if get_decoder(name).transaction_ids]
+        raise ValueError(
+            f"--whole-transactions: {args.source_format} records carry no transaction ids, so its "
+            f"transactions cannot be told apart; drop the option, or use a format that carries them: "
+            f"{', '.join(carrying)}"
+        )
+    if args.base_path or args.keep_state:
+        raise ValueError(
+            "--whole-transactions cannot be combined with --base or --keep-state yet: a transaction "
+            "may straddle the base's AS OF; run a full rebuild with --whole-transactions instead"
+        )
 
 
 def _table_and_columns(value: str) -> tuple[str | None, tuple[str, ...]]:

@@ -27,6 +27,7 @@ EVERY_OPTION = SnapshotArgs(
     lateness="2h",
     base_path="/lake/2024-09-01",
     keep_state=True,
+    whole_transactions=True,
     error_file="/tmp/err.json",
 )
 

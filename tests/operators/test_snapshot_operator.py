@@ -195,31 +195,47 @@ def test_values_that_could_inject_options_are_refused(field, value, message):
         SnapshotArgs.build(**{**GOOD, field: value})
 
 
-def test_the_operator_passes_table_columns_and_the_timestamp_column_to_the_job(monkeypatch):
+def _request_sent(monkeypatch, **arguments) -> SnapshotArgs:
+    """Run the operator with ``arguments``, stopping at the hook: the request it would submit."""
     from collections import defaultdict
     from types import SimpleNamespace
 
     sent = []
     metrics = {"output": "file:/o", "as_of": AS_OF, "rows": 0, "tables": {}}
     monkeypatch.setattr(CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or metrics)
-    operator = CdcSnapshotOperator(
+    operator = CdcSnapshotOperator(output_path="/o", as_of=AS_OF, key_columns=["id"], **arguments)
+    context = {"outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))}
+    assert operator.execute(context) == metrics
+    (request,) = sent
+    return request
+
+
+def test_the_operator_passes_table_columns_and_the_timestamp_column_to_the_job(monkeypatch):
+    request = _request_sent(
+        monkeypatch,
         task_id="dms",
         source_format="aws-dms",
         input_paths="/lake/dms",
-        output_path="/o",
-        as_of=AS_OF,
-        key_columns=["id"],
         table_columns={"hr.employee": ["id", "name", "hired"]},
         timestamp_column="dms_ts",
     )
     assert {"table_columns", "timestamp_column"} <= set(CdcSnapshotOperator.template_fields)
-    context = {"outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))}
-    assert operator.execute(context) == metrics
-    (request,) = sent
     argv = request.to_argv()
     assert argv[argv.index("--columns") : argv.index("--columns") + 4] == [
         "--columns", "hr.employee=id,name,hired", "--timestamp-column", "dms_ts",
     ]  # fmt: skip
+
+
+def test_the_operator_passes_whole_transactions_to_the_job(monkeypatch):
+    request = _request_sent(
+        monkeypatch,
+        task_id="tx",
+        source_format="debezium-json",
+        input_paths="/lake/dbz",
+        whole_transactions=True,
+    )
+    assert request.whole_transactions
+    assert request.to_argv()[-1] == "--whole-transactions"
 
 
 def test_as_of_defaults_to_data_interval_end():

@@ -62,6 +62,7 @@ class DtsAvroDecoder(Decoder):
     )
     needs = ""
     partial_images = True
+    transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         """Canonical events for DTS Avro landings; the key comes from each record's pk_uk_info."""

@@ -1,0 +1,134 @@
+"""--whole-transactions: a transaction applies whole or not at all, by the time of its last event."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import assert_events_add_up, write_jsonl
+from tests.formats.test_maxwell import T as MAXWELL_T
+from tests.formats.test_maxwell import rec as maxwell
+from tests.formats.test_shareplex import rec as shareplex
+from tests.replay.test_semantics import T0, dbz
+
+from airflow_cdc_provider.replay.spec import SnapshotSpec
+
+
+def by_id(tables: dict) -> dict:
+    return {name: sorted(rows, key=lambda r: r["id"]) for name, rows in tables.items()}
+
+
+def in_tx(record: dict, tx: str, order: int) -> dict:
+    return {**record, "transaction": {"id": tx, "total_order": order, "data_collection_order": order}}
+
+
+def transfer_landing(path):
+    """Account 1 pays account 2 in one transaction whose two changes are two seconds apart."""
+    return write_jsonl(
+        path,
+        [
+            dbz("c", 1, T0, balance=100),
+            dbz("c", 2, T0, balance=0),
+            in_tx(dbz("u", 1, T0 + 1000, balance=70), "tx-9", 1),
+            in_tx(dbz("u", 2, T0 + 3000, balance=30), "tx-9", 2),
+            dbz("c", 3, T0 + 2000, balance=5),  # no transaction: applies by its own time
+        ],
+    )
+
+
+def test_a_transaction_across_as_of_is_held_back_whole_and_counted(replay, tmp_path):
+    landing = transfer_landing(tmp_path / "in" / "a.json")
+    as_of = T0 + 2000
+
+    _, halves = replay("debezium-json", landing, as_of=as_of, key="id")
+    assert by_id(halves) == {
+        "db.shop": [{"id": 1, "balance": 70}, {"id": 2, "balance": 0}, {"id": 3, "balance": 5}]
+    }
+
+    metrics, tables = replay("debezium-json", landing, as_of=as_of, key="id", whole_transactions=True)
+    assert by_id(tables) == {
+        "db.shop": [{"id": 1, "balance": 100}, {"id": 2, "balance": 0}, {"id": 3, "balance": 5}]
+    }
+    assert metrics["transactions"] == {"whole": True, "held_back": 1, "events_held_back": 1}
+    assert metrics["events"] == {
+        "read": 5,
+        "applied": 3,
+        "after_as_of": 2,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
+    assert metrics["tables"]["db.shop"]["last_event_ms"] == T0 + 2000
+
+
+def test_a_transaction_applies_whole_at_the_time_of_its_last_event(replay, tmp_path):
+    landing = transfer_landing(tmp_path / "in" / "a.json")
+    metrics, tables = replay("debezium-json", landing, as_of=T0 + 3000, key="id", whole_transactions=True)
+    assert by_id(tables) == {
+        "db.shop": [{"id": 1, "balance": 70}, {"id": 2, "balance": 30}, {"id": 3, "balance": 5}]
+    }
+    assert metrics["transactions"] == {"whole": True, "held_back": 0, "events_held_back": 0}
+    assert_events_add_up(metrics)
+
+
+def test_without_the_option_the_metrics_have_no_transactions_block(replay, tmp_path):
+    metrics, _ = replay("debezium-json", transfer_landing(tmp_path / "in" / "a.json"), key="id")
+    assert "transactions" not in metrics
+
+
+def test_a_transaction_whose_commit_has_not_landed_is_held_back_at_any_as_of(replay, tmp_path):
+    # Maxwell marks a transaction's last row with "commit": xid 8's has not landed yet.
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            maxwell("insert", {"id": 1, "name": "a"}, xid=7, xoffset=0),
+            maxwell("insert", {"id": 2, "name": "b"}, xid=7, commit=True),
+            maxwell("update", {"id": 1, "name": "aa"}, old={"name": "a"}, xid=8, xoffset=0, ts=MAXWELL_T + 1),
+            maxwell("delete", {"id": 2, "name": "b"}, xid=8, xoffset=1, ts=MAXWELL_T + 1),
+        ],
+    )
+    metrics, tables = replay("maxwell-json", landing, whole_transactions=True)
+    assert by_id(tables) == {"db.t": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]}
+    assert metrics["transactions"] == {"whole": True, "held_back": 1, "events_held_back": 2}
+    assert (metrics["events"]["applied"], metrics["events"]["after_as_of"]) == (2, 2)
+    assert_events_add_up(metrics)
+
+
+def test_shareplex_sequence_marks_the_last_change_of_a_transaction(replay, tmp_path):
+    # Transaction 2.0.7 has two changes (size 2); only the first has landed.
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            shareplex("ins", {"ID": "1", "NAME": "a"}, scn=1, trans="1.0.1", seq=1, size=2),
+            shareplex("ins", {"ID": "2", "NAME": "b"}, scn=1, trans="1.0.1", seq=2, size=2),
+            shareplex("upd", {"NAME": "aa"}, {"ID": "1"}, scn=2, trans="2.0.7", seq=1, size=2),
+        ],
+    )
+    metrics, tables = replay("shareplex-json", landing, key="ID", whole_transactions=True)
+    assert tables == {"S.T": [{"ID": "1", "NAME": "a"}, {"ID": "2", "NAME": "b"}]}
+    assert metrics["transactions"] == {"whole": True, "held_back": 1, "events_held_back": 1}
+    assert_events_add_up(metrics)
+
+
+def test_a_format_without_transaction_ids_refuses_the_option(tmp_path):
+    with pytest.raises(ValueError) as raised:
+        SnapshotSpec.from_args(
+            source_format="canal-json", inputs=[str(tmp_path)], as_of=0, output="/o", whole_transactions=True
+        )
+    assert str(raised.value) == (
+        "--whole-transactions: canal-json records carry no transaction ids, so its transactions cannot "
+        "be told apart; drop the option, or use a format that carries them: aws-dms, cdl-json, "
+        "debezium-avro, debezium-json, debezium-mongodb, dts-avro, maxwell-json, ogg-json, qlik-json, "
+        "shareplex-json"
+    )
+
+
+def test_whole_transactions_refuse_an_incremental_run(tmp_path):
+    with pytest.raises(ValueError, match="cannot be combined with --base or --keep-state"):
+        SnapshotSpec.from_args(
+            source_format="debezium-json",
+            inputs=[str(tmp_path)],
+            as_of=0,
+            output="/o",
+            keep_state=True,
+            whole_transactions=True,
+        )
