@@ -77,6 +77,12 @@ class LandedFile:
         limit = WHOLE_FILE_MAX_COMPRESSED_BYTES if self.compressed else WHOLE_FILE_MAX_BYTES
         return self.size <= limit
 
+    @property
+    def split_read(self) -> bool:
+        """Read in splits by Spark's line reader: a split numbers its records from 0 and cannot see
+        where its file ends, so exact lines and cut-short last lines are found afterwards."""
+        return not self.damaged and not self.read_whole
+
 
 def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile]:
     """Expand paths, directories (recursively) and globs into data files, sorted by path.
@@ -233,7 +239,7 @@ def _split_positions(spark: SparkSession, files: list[LandedFile], asked: DataFr
     split-read files again with the same reader gives every record the same ``file_pos``. The files
     asked about are picked afterwards: a filter on the file could prune the read and change the packing.
     """
-    split = [f.path for f in files if not f.damaged and not f.read_whole]
+    split = [f.path for f in files if f.split_read]
     return (
         _split_file_records(spark, split)
         .select("file", "file_pos")
@@ -247,7 +253,7 @@ def split_lines(spark: SparkSession, files: list[LandedFile], positions: DataFra
     Numbering the lines of the files asked about places each record. Text only, nothing parsed:
     this runs for the records a run shows (quarantine, metadata), not for every record read.
     """
-    if all(f.damaged or f.read_whole for f in files):
+    if not any(f.split_read for f in files):
         return positions.withColumn("line", F.lit(None).cast("long"))
     numbered = _split_positions(spark, files, positions).select(
         "file",
@@ -276,7 +282,7 @@ def unterminated_last_records(spark: SparkSession, files: list[LandedFile], path
         finally:
             stream.close()
 
-    asked = [f for f in files if f.path in paths and not (f.damaged or f.read_whole or f.compressed)]
+    asked = [f for f in files if f.path in paths and f.split_read and not f.compressed]
     with ThreadPoolExecutor(max_workers=min(_SCAN_THREADS, max(1, len(asked)))) as pool:
         cut = [f.path for f, yes in zip(asked, pool.map(unterminated, asked)) if yes]
     if not cut:
@@ -339,7 +345,7 @@ def read_records(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     U+FFFD where they were).
     """
     whole = [f.path for f in files if not f.damaged and f.read_whole]
-    split = [f.path for f in files if not f.damaged and not f.read_whole]
+    split = [f.path for f in files if f.split_read]
     damaged = [f.path for f in files if f.damaged]
     parts = []
     if whole:

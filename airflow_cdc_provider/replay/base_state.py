@@ -38,7 +38,7 @@ from airflow_cdc_provider.formats.events import (
     position_text,
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.replay.fold import TAG_ROW
+from airflow_cdc_provider.replay.fold import TAG_ROW, on_time
 
 STATE_DIR = "_cdc_state"
 STATE_FILE = "state.json"
@@ -257,7 +257,7 @@ def _in_files(paths: set[str]) -> Column:
 
 
 def _by_base_as_of(state: BaseState) -> Column:
-    return F.coalesce(F.col("event_ms"), F.lit(0)) <= F.lit(state.as_of_ms)
+    return on_time(state.as_of_ms).column()
 
 
 def applied_by_base(state: BaseState, reread_paths: set[str]) -> Column:

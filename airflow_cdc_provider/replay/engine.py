@@ -237,24 +237,24 @@ def _cut_short_tails(spark: SparkSession, files: list[LandedFile], resolved: Dat
     """
     first = F.col("first")
     not_json = (F.col("_tag") == TAG_QUARANTINED) & (first["reason"] == Q_NOT_JSON)
-    split = {f.path for f in files if not (f.read_whole or f.damaged or f.compressed)}
-    if not split:
+    if not any(f.split_read for f in files):
         return None
     paths = {
         r["file"] for r in resolved.where(not_json).select(first["file"].alias("file")).distinct().collect()
     }
-    tails = unterminated_last_records(spark, files, paths & split).collect()
+    tails = unterminated_last_records(spark, files, paths).collect()
     if not tails:
         return None
     cut = F.broadcast(
         spark.createDataFrame([(t["file"], t["file_pos"]) for t in tails], "_t_file string, _t_pos long")
     )
-    matched = not_json & (first["file"] == F.col("_t_file")) & (first["file_pos"] == F.col("_t_pos"))
+    at_tail = (first["file"] == F.col("_t_file")) & (first["file_pos"] == F.col("_t_pos"))
     named = (
-        resolved.join(
-            cut, (first["file"] == F.col("_t_file")) & (first["file_pos"] == F.col("_t_pos")), "left"
+        resolved.join(cut, at_tail, "left")
+        .withColumn(
+            "first",
+            F.when(not_json & at_tail, first.withField("reason", F.lit(Q_TRUNCATED))).otherwise(first),
         )
-        .withColumn("first", F.when(matched, first.withField("reason", F.lit(Q_TRUNCATED))).otherwise(first))
         .drop("_t_file", "_t_pos")
     )
     return named.localCheckpoint(eager=True)
@@ -268,7 +268,7 @@ def _with_split_lines(
     ``quarantine``: the quarantined records' (``first``); ``last``: each row's last event (for
     ``--with-metadata`` and ``_cdc_state``). Costs a text-only read of the split files involved.
     """
-    if not (quarantine or last) or all(f.read_whole or f.damaged for f in files):
+    if not (quarantine or last) or not any(f.split_read for f in files):
         return resolved
     fields = [("first", TAG_QUARANTINED)] * quarantine + [("last", TAG_ROW)] * last
     wanted = None

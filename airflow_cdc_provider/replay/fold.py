@@ -160,7 +160,8 @@ def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
     )
 
 
-def _on_time(as_of_ms: int) -> Expr:
+def on_time(as_of_ms: int) -> Expr:
+    """Whether an event's own time is at or before AS OF (no time: always)."""
     return E.coalesce(E.col("event_ms"), E.lit(0)) <= as_of_ms
 
 
@@ -169,7 +170,7 @@ def applies_by(events: DataFrame, as_of_ms: int) -> Expr:
     (``transactions.APPLY_MS``, null when it never applies) under ``--whole-transactions``."""
     if APPLY_MS in events.columns:
         return E.coalesce(E.col(APPLY_MS) <= as_of_ms, E.lit(False))
-    return _on_time(as_of_ms)
+    return on_time(as_of_ms)
 
 
 def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
@@ -216,7 +217,7 @@ def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
     held_back = (
         []
         if APPLY_MS not in events.columns
-        else [(is_change & ~applied & _on_time(as_of_ms)).alias(HELD_BACK)]
+        else [(is_change & ~applied & on_time(as_of_ms)).alias(HELD_BACK)]
     )
     keyed = staged.select(
         "*",

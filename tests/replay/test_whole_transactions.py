@@ -70,6 +70,37 @@ def test_a_transaction_applies_whole_at_the_time_of_its_last_event(replay, tmp_p
     assert_events_add_up(metrics)
 
 
+def test_a_truncate_applies_with_its_transaction(replay, tmp_path):
+    # The truncate and the reload of the table are one transaction; AS OF falls between them.
+    truncate = {
+        "op": "t",
+        "ts_ms": T0 + 1005,
+        "before": None,
+        "after": None,
+        "source": {"db": "db", "table": "shop", "ts_ms": T0 + 1000},
+    }
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, balance=100),
+            in_tx(truncate, "tx-5", 1),
+            in_tx(dbz("c", 2, T0 + 3000, balance=7), "tx-5", 2),
+        ],
+    )
+    _, emptied = replay("debezium-json", landing, as_of=T0 + 2000, key="id")
+    assert emptied == {"db.shop": []}
+
+    metrics, tables = replay("debezium-json", landing, as_of=T0 + 2000, key="id", whole_transactions=True)
+    assert tables == {"db.shop": [{"id": 1, "balance": 100}]}
+    assert metrics["tables"]["db.shop"]["truncates"] == 0
+    assert metrics["transactions"] == {"whole": True, "held_back": 1, "events_held_back": 1}
+
+    metrics, tables = replay("debezium-json", landing, as_of=T0 + 3000, key="id", whole_transactions=True)
+    assert tables == {"db.shop": [{"id": 2, "balance": 7}]}
+    assert metrics["tables"]["db.shop"]["truncates"] == 1
+    assert_events_add_up(metrics)
+
+
 def test_without_the_option_the_metrics_have_no_transactions_block(replay, tmp_path):
     metrics, _ = replay("debezium-json", transfer_landing(tmp_path / "in" / "a.json"), key="id")
     assert "transactions" not in metrics
