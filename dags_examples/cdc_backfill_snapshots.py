@@ -1,29 +1,28 @@
-"""Backfill: one run per day over a date range, each rebuilding the snapshot as of the end of its day.
+"""Backfill: one snapshot per day over a date range, all rebuilt by one task from one scan.
 
-The DAG is ``@daily`` with ``catchup=True`` between ``start_date`` and ``end_date``, so the scheduler
-creates one run per midnight of the range, and each rebuilds the day that ends at its midnight
-(or run ``airflow backfill create --dag-id cdc_backfill_snapshots --from-date 2024-09-02
---to-date 2024-09-03`` for any range). Every run reads the whole landing but rebuilds only its own
-day: AS OF is its data interval end, so later changes are counted and not applied, and it writes
-``<snapshot_root>/dt=<its day>``. Re-running one day replaces that day's snapshot atomically and
-leaves the others alone.
+Trigger it with the range in the run's params (``first_day``, ``last_day``; the defaults are the
+bundled sample's finished days, 2024-09-01 and 2024-09-02). ``day_ends`` turns the range into one
+AS OF per day, the midnight (UTC) that ends it, and ``rebuild_range`` passes that list to one
+``CdcSnapshotOperator``: the job reads the landing once and writes one snapshot per AS OF, each
+into ``<snapshot_root>/as_of=<date of its AS OF>`` (so ``as_of=2024-09-02`` holds the tables as they
+stood at 2024-09-02T00:00Z, the end of 2024-09-01), each atomically and with its own
+``_cdc_metrics.json``, exactly as a run of that AS OF alone would write it. The task's XCom is the
+list of those metrics, and its asset event lists every snapshot it wrote.
 
-Each day starts from the day before (``base_path``, with ``keep_state`` so that the next day can
-start from this one): only files the previous snapshot did not cover are read, and only events after
-its AS OF applied. The first day, a missing previous day, or late events that landed before the
-previous AS OF make a full rebuild instead; the metrics' ``mode`` and ``incremental`` say which.
-Partitions after AS OF (plus an hour of lateness) are not read at all.
+Re-running the DAG for a range replaces those days' snapshots and leaves the others alone. One task
+costs far less than a run per day: the landing is listed and decoded once, not once per day (see
+the README's "Several AS OFs" for figures).
 
-The sensor uses the ``partition`` strategy in ``reschedule`` mode: a day is complete once the sink
-has started the next day's partition, and while it waits the sensor frees its worker slot.
-
-Runs as is on the bundled sample, whose finished days are 2024-09-01 and 2024-09-02.
+The sensor uses the ``partition`` strategy in ``reschedule`` mode: the range is complete once the
+sink has started the partition of the day after ``last_day``; while it waits it frees its slot.
 """
 
 from __future__ import annotations
 
+from datetime import date, datetime, timedelta, timezone
+
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
 from airflow_cdc_provider.sample_data import SAMPLE_LANDING
@@ -31,40 +30,54 @@ from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 
 with DAG(
     dag_id="cdc_backfill_snapshots",
-    description="One snapshot per day over a date range, each as of the end of its day",
-    schedule="@daily",
-    # Runs at 2024-09-02T00:00 and 09-03T00:00 rebuild the sample's finished days 09-01 and 09-02.
-    start_date=pendulum.datetime(2024, 9, 2, tz="UTC"),
-    end_date=pendulum.datetime(2024, 9, 3, tz="UTC"),
-    catchup=True,
-    max_active_runs=1,  # one Spark application at a time; raise it when the cluster has room
+    description="One snapshot per day over a date range, rebuilt by one task from one scan",
+    schedule=None,
+    start_date=pendulum.datetime(2024, 9, 1, tz="UTC"),
+    catchup=False,
     tags=["cdc", "example"],
     params={
         "landing": Param(
             SAMPLE_LANDING, type="string", description="Landing root (dt=YYYY-MM-DD partitions)"
         ),
         "snapshot_root": Param(
-            "/tmp/airflow-cdc-provider/backfill", type="string", description="Snapshots go to <root>/dt=<day>"
+            "/tmp/airflow-cdc-provider/backfill",
+            type="string",
+            description="Snapshots go to <root>/as_of=<date of the midnight ending each day>",
         ),
+        "first_day": Param("2024-09-01", type="string", format="date", description="First day to rebuild"),
+        "last_day": Param("2024-09-02", type="string", format="date", description="Last day to rebuild"),
     },
 ):
+
+    @task
+    def day_ends(first_day: str, last_day: str) -> list[str]:
+        """The midnight (UTC) ending each day from ``first_day`` to ``last_day``: one AS OF per day."""
+        first, last = date.fromisoformat(first_day), date.fromisoformat(last_day)
+        if last < first:
+            raise ValueError(f"last_day {last_day} is before first_day {first_day}")
+        days = (first + timedelta(days=n) for n in range((last - first).days + 1))
+        return [
+            datetime.combine(d + timedelta(days=1), datetime.min.time(), timezone.utc).isoformat()
+            for d in days
+        ]
+
     wait_for_next_partition = CdcLandedFilesSensor(
         task_id="wait_for_next_partition",
         path="{{ params.landing }}",
+        as_of="{{ macros.ds_add(params.last_day, 1) }}T00:00:00+00:00",
         strategy="partition",
         mode="reschedule",
         poke_interval=10 * 60,
         timeout=24 * 3600,
     )
 
-    rebuild_day = CdcSnapshotOperator(
-        task_id="rebuild_day",
+    rebuild_range = CdcSnapshotOperator(
+        task_id="rebuild_range",
         source_format="debezium-json",
         input_paths="{{ params.landing }}",
-        output_path="{{ params.snapshot_root }}/dt={{ macros.ds_add(ds, -1) }}",  # the day that just ended
-        base_path="{{ params.snapshot_root }}/dt={{ macros.ds_add(ds, -2) }}",  # the day before it
-        keep_state=True,
+        as_of=day_ends("{{ params.first_day }}", "{{ params.last_day }}"),
+        output_path="{{ params.snapshot_root }}/as_of={as_of:%Y-%m-%d}",
         key_columns=["id"],
     )
 
-    wait_for_next_partition >> rebuild_day
+    wait_for_next_partition >> rebuild_range

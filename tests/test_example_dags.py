@@ -94,40 +94,42 @@ def test_daily_dag_waits_in_the_triggerer_then_rebuilds_its_day(airflow_db, tmp_
     }
 
 
-def test_backfill_dag_runs_rebuild_each_their_own_day(airflow_db, tmp_path):
-    dag = example_dag("cdc_backfill_snapshots")
-    for day, run_at in (
-        ("2024-09-01", pendulum.datetime(2024, 9, 2, tz="UTC")),
-        ("2024-09-02", pendulum.datetime(2024, 9, 3, tz="UTC")),
-    ):
-        dag_run = dag.test(logical_date=run_at, run_conf={"snapshot_root": str(tmp_path)})
+def test_backfill_dag_rebuilds_every_day_of_its_range_in_one_task(airflow_db, tmp_path):
+    dag_run = example_dag("cdc_backfill_snapshots").test(run_conf={"snapshot_root": str(tmp_path)})
 
-        assert airflow_env.task_states(dag_run) == {
-            "wait_for_next_partition": "success",
-            "rebuild_day": "success",
-        }, day
-        next_day = run_at.strftime("%Y-%m-%d")
-        assert (
-            airflow_env.xcom_return_value(dag_run, "wait_for_next_partition")["seen"]
-            == f"partition dt={next_day} exists"
-        )
-        metrics = airflow_env.xcom_return_value(dag_run, "rebuild_day")
-        # The first day has no previous snapshot to start from; the second starts from the first.
-        chained = day == "2024-09-02"
-        assert_metrics_match(metrics, EXPECTED["daily"][day], tmp_path / f"dt={day}", incremental=chained)
-        assert metrics["incremental"]["applied"] is chained, metrics["incremental"]["reason"]
-        if chained:
-            assert metrics["files"]["skipped_because"] == {"already applied by the base": 5}
-        else:
-            assert metrics["incremental"]["reason"] == (
-                f"the base {tmp_path}/dt=2024-08-31 has no _cdc_state/state.json (missing, or written without --keep-state)"
-            )
-
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dt=2024-09-01", "dt=2024-09-02"]
-    assert [
-        e["as_of"]
-        for e in airflow_env.asset_event_extras("x-cdc-snapshot://cdc_backfill_snapshots/rebuild_day")[-2:]
-    ] == ["2024-09-02T00:00:00+00:00", "2024-09-03T00:00:00+00:00"]
+    assert airflow_env.task_states(dag_run) == {
+        "day_ends": "success",
+        "wait_for_next_partition": "success",
+        "rebuild_range": "success",
+    }
+    assert airflow_env.xcom_return_value(dag_run, "wait_for_next_partition")["seen"] == (
+        "partition dt=2024-09-03 exists"
+    )
+    written = airflow_env.xcom_return_value(dag_run, "rebuild_range")
+    folders = {"2024-09-01": "as_of=2024-09-02", "2024-09-02": "as_of=2024-09-03"}
+    assert len(written) == 2
+    for metrics, (day, folder) in zip(written, folders.items()):
+        assert_metrics_match(metrics, EXPECTED["daily"][day], tmp_path / folder)
+        assert metrics["mode"] == "full"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(folders.values())
+    (event,) = airflow_env.asset_event_extras(
+        "x-cdc-snapshot://cdc_backfill_snapshots/rebuild_range", dag_run.run_id
+    )
+    assert event == {
+        "snapshots": [
+            {
+                "output": m["output"],
+                "as_of": m["as_of"],
+                "rows": m["rows"],
+                "tables": {t: info["rows"] for t, info in m["tables"].items()},
+            }
+            for m in written
+        ]
+    }
+    assert [s["as_of"] for s in event["snapshots"]] == [
+        "2024-09-02T00:00:00+00:00",
+        "2024-09-03T00:00:00+00:00",
+    ]
 
 
 def test_point_in_time_dag_rebuilds_the_table_and_instant_from_its_params(airflow_db, tmp_path):

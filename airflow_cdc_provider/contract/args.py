@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_cdc_provider.contract.as_of import normalise_as_of
+from airflow_cdc_provider.contract.as_of import normalise_as_ofs, snapshot_folders
 from airflow_cdc_provider.contract.checks import CdcJobArgumentError, _checked
 from airflow_cdc_provider.contract.partitions import (
     DEFAULT_LATENESS,
@@ -132,8 +132,8 @@ class SnapshotArgs:
 
     source_format: str
     input_paths: Sequence[str]
-    output_path: str
-    as_of: str
+    output_path: str  # with several AS OFs, a pattern holding {as_of:FORMAT}
+    as_of: Sequence[str]  # one or more instants, each as normalise_as_of gives it
     key_arguments: Sequence[str] = ()  # each one --key value: "a,b" or "db.table=a,b"
     tables: Sequence[str] = ()
     table_columns: Sequence[str] = ()  # each one --columns value: "db.table=c1,c2"
@@ -156,7 +156,7 @@ class SnapshotArgs:
         source_format: str,
         input_paths: str | os.PathLike | Iterable[str],
         output_path: str | os.PathLike,
-        as_of: str | int | datetime,
+        as_of: str | int | datetime | Iterable[str | int | datetime],
         key_columns: str | Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
         tables: str | Iterable[str] | None = None,
         table_columns: Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
@@ -184,11 +184,19 @@ class SnapshotArgs:
         keys = _key_arguments(key_columns)
         if on_error not in ON_ERROR_CHOICES:
             raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+        as_ofs = normalise_as_ofs(as_of)
+        output = _checked("output_path", output_path)
+        snapshot_folders(output, as_ofs)
+        if len(as_ofs) > 1 and (base_path or keep_state):
+            raise CdcJobArgumentError(
+                "several AS OFs cannot be combined with base_path or keep_state: each snapshot is "
+                "rebuilt from the landing in the one scan; run a single AS OF to start from or keep state"
+            )
         return cls(
             source_format=fmt,
             input_paths=tuple(inputs),
-            output_path=_checked("output_path", output_path),
-            as_of=normalise_as_of(as_of),
+            output_path=output,
+            as_of=as_ofs,
             key_arguments=keys,
             tables=tuple(_as_list("tables", tables)),
             table_columns=_table_column_arguments("table_columns", table_columns, table_required=True),
@@ -208,7 +216,9 @@ class SnapshotArgs:
         args = ["--format", self.source_format]
         for path in self.input_paths:
             args += ["--input", path]
-        args += ["--as-of", self.as_of, "--output", self.output_path]
+        for as_of in self.as_of:
+            args += ["--as-of", as_of]
+        args += ["--output", self.output_path]
         for key in self.key_arguments:
             args += ["--key", key]
         for table in self.tables:
@@ -270,6 +280,10 @@ class SnapshotArgs:
             error_file=ns.error_file,
         ).with_key_arguments(ns.key)
 
+    def snapshots(self) -> list[tuple[str, str]]:
+        """(AS OF, output folder) of each snapshot the run writes, in the order the AS OFs were given."""
+        return list(zip(self.as_of, snapshot_folders(self.output_path, self.as_of)))
+
     def with_key_arguments(self, values: Sequence[str]) -> SnapshotArgs:
         """These ``--key`` values as typed (``COL[,COL]`` or ``TABLE=COL[,COL]``), each checked."""
         from dataclasses import replace
@@ -296,10 +310,17 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool
         help="landed files: a file, a folder (read recursively) or a glob; repeatable",
     )
     parser.add_argument(
-        "--as-of", required=True, help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms"
+        "--as-of",
+        required=True,
+        action="append",
+        help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms; repeatable: one scan "
+        "writes a snapshot per AS OF",
     )
     parser.add_argument(
-        "--output", required=True, help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/"
+        "--output",
+        required=True,
+        help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/; with several --as-of, "
+        "a pattern holding {as_of:FORMAT} (strftime, UTC), e.g. /lake/snap/dt={as_of:%%Y-%%m-%%d}",
     )
     parser.add_argument(
         "--key",

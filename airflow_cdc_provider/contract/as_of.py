@@ -6,7 +6,8 @@ wait for one thing and the snapshot rebuild another; both resolve a task's AS OF
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -66,6 +67,55 @@ def normalise_as_of(value: str | int | datetime) -> str:
             f"as_of must carry a UTC offset (e.g. {text}+00:00 or {text}Z), got {text!r}"
         )
     return text
+
+
+def normalise_as_ofs(value: str | int | datetime | Iterable[str | int | datetime]) -> tuple[str, ...]:
+    """One AS OF or several (a list), each as ``normalise_as_of`` gives it."""
+    values = [value] if isinstance(value, (str, int, datetime)) else list(value)
+    if not values:
+        raise CdcJobArgumentError("as_of must name at least one instant")
+    return tuple(normalise_as_of(v) for v in values)
+
+
+# ``{as_of:FORMAT}`` in an output path: the AS OF in strftime FORMAT, in UTC.
+_AS_OF_FIELD = re.compile(r"\{as_of:([^{}]+)\}")
+
+
+def snapshot_folder(output: str, as_of_ms: int) -> str:
+    """``output`` with every ``{as_of:FORMAT}`` field filled in with ``as_of_ms``."""
+    moment = datetime.fromtimestamp(as_of_ms / 1000, tz=timezone.utc)
+    return _AS_OF_FIELD.sub(lambda m: moment.strftime(m.group(1)), output)
+
+
+def snapshot_folders(output: str, as_ofs: Sequence[str]) -> list[str]:
+    """The folder each AS OF's snapshot is written to, in the order of ``as_ofs``.
+
+    Several AS OFs need an ``{as_of:FORMAT}`` field in ``output``, and no two of them may give the
+    same folder: one would silently replace the other.
+    """
+    if "{as_of" in _AS_OF_FIELD.sub("", output):
+        raise CdcJobArgumentError(
+            f"output_path {output!r}: write the AS OF field as {{as_of:FORMAT}} with a strftime "
+            f"FORMAT, e.g. {{as_of:%Y-%m-%d}}"
+        )
+    if len(as_ofs) > 1 and not _AS_OF_FIELD.search(output):
+        raise CdcJobArgumentError(
+            f"{len(as_ofs)} AS OFs need one output folder each: put {{as_of:FORMAT}} in output_path "
+            f"{output!r}, e.g. {output.rstrip('/')}/dt={{as_of:%Y-%m-%d}}"
+        )
+    folders: dict[str, str] = {}
+    for as_of in as_ofs:
+        try:
+            folder = snapshot_folder(output, parse_as_of(as_of))
+        except AsOfError as exc:
+            raise CdcJobArgumentError(str(exc)) from None
+        if folder in folders:
+            raise CdcJobArgumentError(
+                f"AS OFs {folders[folder]} and {as_of} both write {folder}; give them distinct folders "
+                f"with a finer {{as_of:FORMAT}} in output_path (e.g. %Y-%m-%dT%H%M)"
+            )
+        folders[folder] = as_of
+    return list(folders)
 
 
 def default_as_of(context: Mapping[str, Any]) -> datetime:

@@ -219,8 +219,9 @@ class CdcReplayHook(BaseHook):
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         return env
 
-    def run_snapshot(self, request: SnapshotArgs) -> dict[str, Any]:
-        """Submit the job, wait for it, and return the metrics it wrote to ``_cdc_metrics.json``."""
+    def run_snapshot(self, request: SnapshotArgs) -> list[dict[str, Any]]:
+        """Submit the job, wait for it, and return the ``_cdc_metrics.json`` of each snapshot it
+        wrote (one per AS OF, in the order the AS OFs were given)."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         target = self.spark_target()
@@ -246,7 +247,7 @@ class CdcReplayHook(BaseHook):
         finally:
             if error_file:
                 Path(error_file).unlink(missing_ok=True)
-        return self.read_metrics(request.output_path)
+        return [self.read_metrics(folder) for _as_of, folder in request.snapshots()]
 
     def on_kill(self) -> None:
         """Stop a running submission (the operator forwards its on_kill here).

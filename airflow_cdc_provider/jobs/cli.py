@@ -50,13 +50,13 @@ def _write_error_file(path: str | None, exc: BaseException) -> None:
 def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
     from airflow_cdc_provider.jobs.session import build_session
-    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshot
+    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshots
 
     try:
-        spec = SnapshotSpec.from_job_args(SnapshotArgs.from_namespace(args))
-        get_decoder(spec.source_format)
+        specs = SnapshotSpec.each_from_job_args(SnapshotArgs.from_namespace(args))
+        get_decoder(specs[0].source_format)
         spark = build_session(master=master)
-        metrics = run_snapshot(spark, spec)
+        written = run_snapshots(spark, specs)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line and an exit code
         _write_error_file(args.error_file, exc)
         logging.getLogger(__name__).debug("replay failed", exc_info=True)
@@ -64,7 +64,8 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
         if logging.getLogger().isEnabledFor(logging.DEBUG):
             traceback.print_exc()
         return EXIT_FAILED
-    print(json.dumps(metrics, indent=2))
+    # One AS OF prints its metrics object, as it always has; several print the list of them.
+    print(json.dumps(written[0] if len(written) == 1 else written, indent=2))
     return EXIT_OK
 
 

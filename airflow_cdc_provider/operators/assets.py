@@ -1,9 +1,9 @@
 """The Airflow Asset a snapshot task declares as its output, and the extra its asset events carry.
 
 Outlets are fixed when the DAG is parsed, but a snapshot's folder usually is not
-(``s3a://lake/snapshots/customers/{{ ds }}``). The asset therefore names the stable part: the
-folder above the first templated segment, which holds every run's snapshot. Each run's asset
-event then says which snapshot it wrote (``output``, ``as_of``) and its row counts, so a DAG
+(``s3a://lake/snapshots/customers/{{ ds }}``, or ``.../dt={as_of:%Y-%m-%d}`` for several AS OFs).
+The asset therefore names the stable part: the folder above the first templated segment, which
+holds every run's snapshot. Each run's asset event then says which snapshot it wrote (``output``, ``as_of``) and its row counts, so a DAG
 scheduled on the asset, or a person reading its events, gets the counts without opening the files.
 When nothing of the path is known at parse time (fully templated, or an XCom), the asset is
 named after the task.
@@ -18,7 +18,8 @@ from airflow.sdk import Asset
 
 # Airflow leaves URIs with an "x-" scheme as they are (no provider normalises them).
 TASK_ASSET_SCHEME = "x-cdc-snapshot"
-_TEMPLATE_MARKERS = ("{{", "{%")
+# Jinja, and the job's own ``{as_of:FORMAT}`` field (one folder per AS OF).
+_TEMPLATE_MARKERS = ("{{", "{%", "{as_of:")
 
 
 def static_prefix(output_path: Any) -> str | None:

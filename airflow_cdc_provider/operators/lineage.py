@@ -32,8 +32,9 @@ def dataset_id(location: str) -> tuple[str, str]:
     return f"{scheme}://{parts.netloc}", parts.path.lstrip("/")
 
 
-def snapshot_lineage(input_paths: Sequence[str], metrics: dict[str, Any]) -> OperatorLineage:
-    """Inputs = the landed paths the job read; outputs = each table's snapshot folder with its rows."""
+def snapshot_lineage(input_paths: Sequence[str], written: Sequence[dict[str, Any]]) -> OperatorLineage:
+    """Inputs = the landed paths the job read; outputs = each table's folder in every snapshot
+    written (one per AS OF), with its rows."""
     from airflow.providers.common.compat.openlineage.facet import (
         InputDataset,
         OutputDataset,
@@ -47,6 +48,7 @@ def snapshot_lineage(input_paths: Sequence[str], metrics: dict[str, Any]) -> Ope
             *dataset_id(info["path"]),
             outputFacets={"outputStatistics": OutputStatisticsOutputDatasetFacet(rowCount=info["rows"])},
         )
+        for metrics in written
         for _table, info in sorted(metrics["tables"].items())
     ]
     return OperatorLineage(inputs=inputs, outputs=outputs)

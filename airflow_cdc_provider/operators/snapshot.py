@@ -28,24 +28,28 @@ if TYPE_CHECKING:
 
 
 class CdcSnapshotOperator(BaseOperator):
-    """Rebuild a typed Parquet snapshot of every table as of an instant, with spark-submit.
+    """Rebuild a typed Parquet snapshot of every table as of an instant (or several), with spark-submit.
 
     Runs the ``cdc-replay snapshot`` job (``airflow_cdc_provider/jobs/spark_app.py``) through the
-    apache-spark provider's ``SparkSubmitHook`` and returns the job's ``_cdc_metrics.json`` object,
-    which becomes the task's XCom ``return_value``. When the job fails, the task fails with the
-    job's own error message. The task declares ``output_asset`` as its outlet; each run's asset
-    event carries ``{"output", "as_of", "rows", "tables": {table: rows}}``. With the OpenLineage
-    provider installed, the run also reports the landed inputs and one output per table with its
-    row count.
+    apache-spark provider's ``SparkSubmitHook`` and returns the job's ``_cdc_metrics.json`` object
+    (a list of them, one per AS OF, when ``as_of`` is a list), which becomes the task's XCom
+    ``return_value``. When the job fails, the task fails with the job's own error message. The task
+    declares ``output_asset`` as its outlet; each run's asset event carries
+    ``{"output", "as_of", "rows", "tables": {table: rows}}`` (``{"snapshots": [...]}`` of those for a
+    list of AS OFs). With the OpenLineage provider installed, the run also reports the landed inputs
+    and one output per table of each snapshot with its row count.
 
     :param source_format: ``--format`` name of the landed records, e.g. ``debezium-json``
         (``cdc-replay formats`` lists them). (templated)
     :param input_paths: a path, directory or glob, or a list of them, in any filesystem Spark can
         read. (templated)
     :param output_path: the snapshot directory; it receives one folder per table,
-        ``_cdc_metrics.json`` and ``_quarantine/``. (templated)
+        ``_cdc_metrics.json`` and ``_quarantine/``. With a list of AS OFs, a pattern holding
+        ``{as_of:FORMAT}`` (strftime, UTC), e.g. ``s3a://lake/snap/dt={as_of:%Y-%m-%d}``. (templated)
     :param as_of: the instant to rebuild: ISO-8601 with an offset, epoch milliseconds or an aware
-        datetime. ``None`` or an empty rendered string means the run's data interval end. (templated)
+        datetime. ``None`` or an empty rendered string means the run's data interval end. A list of
+        instants rebuilds one snapshot per instant from a single scan of the landing; the task then
+        returns the list of their metrics, and its asset event lists every snapshot. (templated)
     :param key_columns: key column name(s) for tables whose records do not name their key
         (``--key``), or a mapping ``{qualified table: column(s)}`` for per-table keys. (templated)
     :param tables: restrict the snapshot to these qualified table names (``--table``); ``None``
@@ -101,7 +105,7 @@ class CdcSnapshotOperator(BaseOperator):
         source_format: str,
         input_paths: str | list[str],
         output_path: str,
-        as_of: str | int | datetime | None = None,
+        as_of: str | int | datetime | list[str | int | datetime] | None = None,
         key_columns: str | list[str] | dict[str, str | list[str]] | None = None,
         tables: str | list[str] | None = None,
         table_columns: dict[str, str | list[str]] | list[str] | None = None,
@@ -149,7 +153,7 @@ class CdcSnapshotOperator(BaseOperator):
         if self.output_asset not in self.outlets:
             self.outlets = [*self.outlets, self.output_asset]
         self._request: SnapshotArgs | None = None
-        self._metrics: dict[str, Any] | None = None
+        self._metrics: list[dict[str, Any]] | None = None
 
     @cached_property
     def hook(self) -> CdcReplayHook:
@@ -160,12 +164,15 @@ class CdcSnapshotOperator(BaseOperator):
             driver_log_level=self.driver_log_level,
         )
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        several = isinstance(self.as_of, (list, tuple))
         request = SnapshotArgs.build(
             source_format=self.source_format,
             input_paths=self.input_paths,
             output_path=self.output_path,
-            as_of=resolve_as_of(self.as_of, context),
+            as_of=[resolve_as_of(v, context) for v in self.as_of]
+            if several
+            else resolve_as_of(self.as_of, context),
             key_columns=self.key_columns,
             tables=self.tables or None,
             table_columns=self.table_columns or None,
@@ -180,17 +187,23 @@ class CdcSnapshotOperator(BaseOperator):
             whole_transactions=self.whole_transactions,
         )
         self._request = request
-        self.log.info("Rebuilding snapshot as of %s into %s", request.as_of, request.output_path)
-        metrics = self.hook.run_snapshot(request)
-        self._metrics = metrics
-        context["outlet_events"][self.output_asset].extra.update(asset_event_extra(metrics))
-        return metrics
+        for as_of, folder in request.snapshots():
+            self.log.info("Rebuilding snapshot as of %s into %s", as_of, folder)
+        written = self.hook.run_snapshot(request)
+        self._metrics = written
+        extra = (
+            {"snapshots": [asset_event_extra(m) for m in written]}
+            if several
+            else asset_event_extra(written[0])
+        )
+        context["outlet_events"][self.output_asset].extra.update(extra)
+        return written if several else written[0]
 
     def on_kill(self) -> None:
         self.hook.on_kill()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage | None:
-        """Inputs, one output per table and its row count (called by the OpenLineage provider)."""
+        """Inputs, one output per table of each snapshot and its row count (called by OpenLineage)."""
         if self._request is None or self._metrics is None:
             return None
         from airflow_cdc_provider.operators.lineage import snapshot_lineage

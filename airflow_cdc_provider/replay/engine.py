@@ -5,11 +5,13 @@ aggregation, whose (small) result is persisted; everything after it (quarantine,
 metrics) reads that result, never the landed files again. Two cases read the decoded events more
 than once and keep them instead: a run that writes ``_cdc_state`` (incremental bookkeeping), and a
 landing with an applied truncate or column drop (found by the single pass, then folded again).
+Several AS OFs (``run_snapshots``) also keep them: decoded once, folded once per AS OF.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +30,7 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.landed_files import (
     LandedFile,
     checkpoint_salvaging,
+    list_landed_files,
     split_lines,
     unterminated_last_records,
 )
@@ -57,6 +60,7 @@ from airflow_cdc_provider.replay.metrics import build_metrics, group_counts, nee
 from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.plan import (
     SKIPPED_IN_BASE,
+    SKIPPED_PARTITION,
     Input,
     decode_json,
     keys_json,
@@ -127,7 +131,52 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
         return _rebuild(spark, spec, target)
 
 
-def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> dict:
+def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[dict]:
+    """Rebuild one snapshot per spec (runs that differ only in AS OF and output) from one scan.
+
+    The files the latest AS OF reads are decoded once and kept; each snapshot then folds the
+    events of the files its own AS OF reads (partitions after it + lateness are left out, as a
+    run of that AS OF alone leaves them), and is written and committed on its own, with the
+    metrics that run would write. Returns the metrics in the order of ``specs``.
+    """
+    if len(specs) == 1:
+        return [run_snapshot(spark, specs[0])]
+    first = specs[0]
+    if any(replace(s, as_of_ms=first.as_of_ms, output=first.output) != first for s in specs):
+        raise ValueError("run_snapshots: the runs must differ only in AS OF and output")
+    if first.writes_state:
+        raise ValueError("several AS OFs cannot be combined with --base or --keep-state")
+    targets = [OutputTarget(spark, s.output) for s in specs]
+    for target in targets:
+        target.refuse_overlap(first.inputs)
+    decode = _decoding(spark, first)
+    listed = list_landed_files(spark, list(first.inputs))
+    latest = max(s.as_of_ms for s in specs)
+    wanted, _ = first.partitions.split(listed, latest)
+    size_shuffles(spark, wanted)
+    events, decoded = checkpoint_salvaging(spark, wanted, decode)
+    try:
+        metrics = []
+        for spec, target in zip(specs, targets):
+            own, after_as_of = spec.partitions.split(listed, spec.as_of_ms)
+            paths = {f.path for f in own}
+            files = [f for f in decoded if f.path in paths]
+            read = Input(
+                events if len(files) == len(decoded) else events.where(F.col("file").isin(sorted(paths))),
+                files,
+                {SKIPPED_PARTITION: after_as_of},
+                None,
+                None,
+            )
+            with target.exclusive():
+                metrics.append(_rebuild(spark, spec, target, read))
+        return metrics
+    finally:
+        events.unpersist()
+
+
+def _decoding(spark: SparkSession, spec: SnapshotSpec):
+    """The run's decode step: landed files (and context files) to keyed canonical events."""
     decoder = get_decoder(spec.source_format)
 
     def decode(landed: list[LandedFile], context: list[LandedFile] = ()) -> DataFrame:
@@ -135,7 +184,16 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         events = with_keys(decoder.decode(spark, landed, options), spec.keys)
         return with_transaction_times(events) if spec.whole_transactions else events
 
-    read = read_input(spark, spec, decode, decoder.partial_images)
+    return decode
+
+
+def _rebuild(
+    spark: SparkSession, spec: SnapshotSpec, target: OutputTarget, shared: Input | None = None
+) -> dict:
+    """One snapshot; ``shared``: events decoded and kept by the caller (which releases them)."""
+    decoder = get_decoder(spec.source_format)
+    decode = _decoding(spark, spec)
+    read = shared or read_input(spark, spec, decode, decoder.partial_images)
     result = _fold(spark, spec, read, decode, decoder.partial_images)
     if read.base is not None and decoder.partial_images and (older := unreplayable_partials(result.folded)):
         why = (
@@ -166,7 +224,7 @@ def _rebuild(spark: SparkSession, spec: SnapshotSpec, target: OutputTarget) -> d
         return _write(spark, spec, target, read, result.resolved, groups)
     finally:
         result.release()
-        if read.kept:
+        if read.kept and read is not shared:
             read.events.unpersist()
 
 

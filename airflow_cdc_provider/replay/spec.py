@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_cdc_provider.contract.args import ON_ERROR_CHOICES, SnapshotArgs
@@ -35,7 +35,24 @@ class SnapshotSpec:
 
     @classmethod
     def from_job_args(cls, args: SnapshotArgs, decode_options: DecodeOptions | None = None) -> SnapshotSpec:
-        """The run ``args`` describe; ``decode_options`` (tests) may set the format options directly."""
+        """The run ``args`` describe (one AS OF); ``decode_options`` (tests) may set the format options."""
+        specs = cls.each_from_job_args(args, decode_options)
+        if len(specs) != 1:
+            raise ValueError(f"one AS OF expected, got {len(specs)}: {', '.join(args.as_of)}")
+        return specs[0]
+
+    @classmethod
+    def each_from_job_args(
+        cls, args: SnapshotArgs, decode_options: DecodeOptions | None = None
+    ) -> list[SnapshotSpec]:
+        """One run per snapshot ``args`` asks for (an AS OF and its folder), in the order given."""
+        snapshots = args.snapshots()
+        first = cls._common(args, decode_options)
+        return [replace(first, as_of_ms=parse_as_of(as_of), output=folder) for as_of, folder in snapshots]
+
+    @classmethod
+    def _common(cls, args: SnapshotArgs, decode_options: DecodeOptions | None) -> SnapshotSpec:
+        """Everything but the AS OF and the folder, which ``each_from_job_args`` sets per snapshot."""
         if args.on_error not in ON_ERROR_CHOICES:
             raise ValueError(
                 f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {args.on_error!r}"
@@ -62,8 +79,8 @@ class SnapshotSpec:
         return cls(
             source_format=args.source_format,
             inputs=tuple(args.input_paths),
-            as_of_ms=parse_as_of(args.as_of),
-            output=args.output_path,
+            as_of_ms=0,
+            output="",
             keys=keys,
             tables=tuple(args.tables),
             on_error=args.on_error,
@@ -96,7 +113,7 @@ class SnapshotSpec:
             source_format=source_format,
             input_paths=tuple(inputs),
             output_path=output,
-            as_of=str(as_of),
+            as_of=(str(as_of),),
             key_arguments=tuple(key),
             tables=tuple(tables),
             base_path=base,

@@ -14,7 +14,7 @@ EVERY_OPTION = SnapshotArgs(
     source_format="canal-json",
     input_paths=("/lake/a", "s3a://lake/b/*.json"),
     output_path="/lake/out",
-    as_of="2024-09-02T06:40:00+00:00",
+    as_of=("2024-09-02T06:40:00+00:00",),
     key_arguments=("id,region", "db.orders=order_id"),
     tables=("db.orders", "customers"),
     table_columns=("hr.employee=id,name,hired", "orders=order_id,qty"),
@@ -102,3 +102,69 @@ def test_table_columns_from_a_mapping_or_table_entries_and_refused_without_a_tab
             SnapshotArgs.build(
                 source_format="aws-dms", input_paths="/l", output_path="/o", as_of=0, table_columns=bad
             )
+
+
+def test_several_as_ofs_round_trip_and_name_one_folder_each():
+    args = SnapshotArgs.build(
+        source_format="debezium-json",
+        input_paths="/lake/a",
+        output_path="/lake/snap/dt={as_of:%Y-%m-%d}/at={as_of:%H%M}",
+        as_of=["2024-09-01T23:30:00+02:00", 1725321600000],
+    )
+    assert args.as_of == ("2024-09-01T23:30:00+02:00", "1725321600000")
+    assert args.to_argv()[4:8] == ["--as-of", "2024-09-01T23:30:00+02:00", "--as-of", "1725321600000"]
+    assert SnapshotArgs.from_argv(args.to_argv()) == args
+    # Folders are named in UTC, whatever offset the AS OF was written with.
+    assert args.snapshots() == [
+        ("2024-09-01T23:30:00+02:00", "/lake/snap/dt=2024-09-01/at=2130"),
+        ("1725321600000", "/lake/snap/dt=2024-09-03/at=0000"),
+    ]
+
+
+def test_one_as_of_may_use_the_pattern_too():
+    args = SnapshotArgs.build(
+        source_format="debezium-json", input_paths="/a", output_path="/s/{as_of:%Y%m%d}", as_of=0
+    )
+    assert args.snapshots() == [("0", "/s/19700101")]
+
+
+@pytest.mark.parametrize(
+    ("output", "as_of", "extra", "message"),
+    [
+        (
+            "/lake/snap",
+            ["2024-09-01T00:00:00Z", "2024-09-02T00:00:00Z"],
+            {},
+            "2 AS OFs need one output folder each: put {as_of:FORMAT} in output_path '/lake/snap', "
+            "e.g. /lake/snap/dt={as_of:%Y-%m-%d}",
+        ),
+        (
+            "/lake/dt={as_of:%Y-%m-%d}",
+            ["2024-09-01T10:00:00Z", "2024-09-01T20:00:00Z"],
+            {},
+            "AS OFs 2024-09-01T10:00:00Z and 2024-09-01T20:00:00Z both write /lake/dt=2024-09-01; give them "
+            "distinct folders with a finer {as_of:FORMAT} in output_path (e.g. %Y-%m-%dT%H%M)",
+        ),
+        (
+            "/lake/dt={as_of}",
+            ["2024-09-01T10:00:00Z"],
+            {},
+            "output_path '/lake/dt={as_of}': write the AS OF field as {as_of:FORMAT} with a strftime "
+            "FORMAT, e.g. {as_of:%Y-%m-%d}",
+        ),
+        (
+            "/lake/dt={as_of:%Y-%m-%d}",
+            ["2024-09-01T00:00:00Z", "2024-09-02T00:00:00Z"],
+            {"keep_state": True},
+            "several AS OFs cannot be combined with base_path or keep_state: each snapshot is rebuilt "
+            "from the landing in the one scan; run a single AS OF to start from or keep state",
+        ),
+        ("/lake/dt={as_of:%Y-%m-%d}", [], {}, "as_of must name at least one instant"),
+    ],
+)
+def test_several_as_ofs_are_checked_before_the_job_starts(output, as_of, extra, message):
+    with pytest.raises(CdcJobArgumentError) as caught:
+        SnapshotArgs.build(
+            source_format="debezium-json", input_paths="/a", output_path=output, as_of=as_of, **extra
+        )
+    assert str(caught.value) == message

@@ -202,7 +202,9 @@ def _request_sent(monkeypatch, **arguments) -> SnapshotArgs:
 
     sent = []
     metrics = {"output": "file:/o", "as_of": AS_OF, "rows": 0, "tables": {}}
-    monkeypatch.setattr(CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or metrics)
+    monkeypatch.setattr(
+        CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or [metrics]
+    )
     operator = CdcSnapshotOperator(output_path="/o", as_of=AS_OF, key_columns=["id"], **arguments)
     context = {"outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))}
     assert operator.execute(context) == metrics
@@ -527,3 +529,48 @@ def test_on_kill_stops_the_running_submission(tmp_path, landed):
     assert "Error code is: -9." in str(raised[0])
     assert set(started) & set(processes()) == set()  # on_kill stops the driver too, not only spark-submit
     assert not (tmp_path / "snapshot").exists()
+
+
+def test_a_list_of_as_ofs_returns_every_snapshots_metrics_and_lineage(monkeypatch):
+    """One task, several AS OFs: the XCom, the asset event and OpenLineage name every folder written."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    def metrics(day: str, rows: int) -> dict:
+        return {
+            "output": f"file:/snap/dt={day}",
+            "as_of": f"{day}T00:00:00+00:00",
+            "rows": rows,
+            "tables": {"db.t": {"rows": rows, "path": f"file:/snap/dt={day}/db.t"}},
+        }
+
+    written = [metrics("2024-09-02", 3), metrics("2024-09-03", 4)]
+    sent = []
+    monkeypatch.setattr(CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or written)
+    operator = CdcSnapshotOperator(
+        task_id="range",
+        source_format="debezium-json",
+        input_paths="/lake",
+        output_path="/snap/dt={as_of:%Y-%m-%d}",
+        as_of=["2024-09-02T00:00:00Z", "2024-09-03T00:00:00Z"],
+        key_columns="id",
+    )
+    assert operator.output_asset.uri == "file:///snap"
+    context = {"outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))}
+    assert operator.execute(context) == written
+    (request,) = sent
+    assert request.snapshots() == [
+        ("2024-09-02T00:00:00Z", "/snap/dt=2024-09-02"),
+        ("2024-09-03T00:00:00Z", "/snap/dt=2024-09-03"),
+    ]
+    assert context["outlet_events"][operator.output_asset].extra == {
+        "snapshots": [
+            {"output": "file:/snap/dt=2024-09-02", "as_of": "2024-09-02T00:00:00+00:00", "rows": 3, "tables": {"db.t": 3}},
+            {"output": "file:/snap/dt=2024-09-03", "as_of": "2024-09-03T00:00:00+00:00", "rows": 4, "tables": {"db.t": 4}},
+        ]
+    }  # fmt: skip
+    lineage = operator.get_openlineage_facets_on_complete(None)
+    assert [(d.namespace, d.name, d.outputFacets["outputStatistics"].rowCount) for d in lineage.outputs] == [
+        ("file", "/snap/dt=2024-09-02/db.t", 3),
+        ("file", "/snap/dt=2024-09-03/db.t", 4),
+    ]

@@ -154,7 +154,7 @@ def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(
         tables="db.t --conf spark.x=y",
     )
     hook = CdcReplayHook(conn_id="spark_recorder", spark_conf={"spark.app.tag": "a b; --master yarn"})
-    assert hook.run_snapshot(request) == {"rows": 0}
+    assert hook.run_snapshot(request) == [{"rows": 0}]
 
     argv = json.loads(argv_file.read_text())
     app = argv.index(application_path())
