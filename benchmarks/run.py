@@ -18,6 +18,9 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
 (e) an incremental rebuild (``--base``) when ``--incremental-share`` of the applied events are new:
     a base is built (untimed, ``keep_state``) as of the instant that leaves that share after it,
     then the rebuild to AS OF starts from it. Its target is e/c <= 0.25 for 1% new events.
+(f) ``--as-ofs N`` snapshots from one scan (``run_snapshots``), their AS OFs spread evenly over the
+    landing's time range, the last one at AS OF (its rows checked like (c)'s). Issue 17's target
+    is f/c <= 2 for 30 AS OFs. Off unless asked for (``--as-ofs 0``, the default).
 
 Each is run ``--repeat`` times (default 3) and the median run counts. Peak memory is sampled during
 every run. Every run's Spark jobs are tagged with a job group, so the report also gives the number
@@ -54,9 +57,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.paths import is_hidden
 from airflow_cdc_provider.jobs.session import build_session
-from airflow_cdc_provider.replay.engine import run_snapshot
+from airflow_cdc_provider.replay.engine import run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from benchmarks.generate import (
     WRITERS,
@@ -80,6 +84,7 @@ LABELS = {
     "c": "(c) cdc-replay rebuild",
     "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
     "e": "(e) incremental rebuild",
+    "f": "(f) several AS OFs",
 }
 MEMORY = {"jvm_rss_mib": "driver JVM RSS", "jvm_heap_mib": "JVM heap used", "python_rss_mib": "Python RSS"}
 
@@ -196,10 +201,33 @@ def rebuild(spark: SparkSession, landing: Landing, out: Path, as_of_ms: int | No
     )
 
 
-def base_as_of_ms(landing: Landing, new_share: float) -> int:
-    """The instant that leaves ``new_share`` of the events up to AS OF after it (one event per second)."""
+def _time_range(landing: Landing) -> tuple[float, int]:
+    """From the first event's time to AS OF (the generator writes one event per second)."""
     as_of_ms = landing.expected["as_of_ms"]
-    first_ms = as_of_ms - landing.expected["workload"]["as_of_share"] * landing.events * 1000
+    return as_of_ms - landing.expected["workload"]["as_of_share"] * landing.events * 1000, as_of_ms
+
+
+def spread_as_ofs(landing: Landing, count: int) -> list[int]:
+    """``count`` instants spread evenly over the landing's events, the last one at its AS OF."""
+    first_ms, as_of_ms = _time_range(landing)
+    return [int(first_ms + (as_of_ms - first_ms) * (i + 1) / count) for i in range(count)]
+
+
+def rebuild_many(spark: SparkSession, landing: Landing, out: Path, as_ofs: list[int]) -> list[dict]:
+    """(f): one snapshot per AS OF from one scan, as the job runs several ``--as-of``."""
+    args = SnapshotArgs.build(
+        source_format=landing.source_format,
+        input_paths=str(landing.root),
+        output_path=f"{out}/as_of={{as_of:%Y%m%dT%H%M%S}}",
+        as_of=as_ofs,
+        key_columns=landing.expected["key"],
+    )
+    return run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+
+
+def base_as_of_ms(landing: Landing, new_share: float) -> int:
+    """The instant that leaves ``new_share`` of the events up to AS OF after it."""
+    first_ms, as_of_ms = _time_range(landing)
     return int(as_of_ms - new_share * (as_of_ms - first_ms))
 
 
@@ -407,13 +435,14 @@ def run_all(
     repeat: int = 3,
     incremental_share: float = 0.0,
     json_lines: bool = True,
+    as_ofs: int = 0,
 ) -> dict:
-    """Measure (a)-(e) on ``landing``, writing to ``workdir/out-b`` ... ``out-e``; return the report.
+    """Measure (a)-(f) on ``landing``, writing to ``workdir/out-b`` ... ``out-f``; return the report.
 
     (a), (b) and (d) read JSON lines; a landing of binary files (``json_lines=False``) times the
     rebuild and the incremental run only.
     """
-    out = {name: workdir / f"out-{name}" for name in "bcde"}
+    out = {name: workdir / f"out-{name}" for name in "bcdef"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
@@ -451,17 +480,28 @@ def run_all(
             f"{incremental['mode']}, {incremental_share:.1%} new events: read {incremental['files']['read']} "
             f"file(s) ({incremental['files']['bytes'] / MIB:,.1f} MiB), skipped {incremental['files']['skipped']}"
         )
+    f, several = Measurement(LABELS["f"], note="--as-ofs 0"), None
+    if as_ofs > 0:
+        f, several = measure(
+            LABELS["f"],
+            spark,
+            repeat,
+            lambda: rebuild_many(spark, landing, out["f"], spread_as_ofs(landing, as_ofs)),
+            remover("f"),
+        )
+        f.rows = several[-1]["rows"]
+        f.note = f"{as_ofs} snapshots; rows of the last (at AS OF); {sum(m['rows'] for m in several):,} rows in all"
     for m, name in ((b, "b"), (d, "d")):
         if m.runs:
             m.rows = spark.read.parquet(str(out[name])).count()
     if c.runs:
         c.rows = metrics["rows"]
-    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e}
+    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f}
 
     expected = landing.expected
     mismatches = [
         f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
-        for m in (b, c, d, e)
+        for m in (b, c, d, e, f)
         if m.rows is not None and m.rows != expected["rows"]
     ]
     if incremental is not None and incremental["mode"] != "incremental":
@@ -495,7 +535,13 @@ def run_all(
         "repeat": repeat,
         "counts": "median run",
         "measurements": {k: {**asdict(m), "seconds": m.seconds} for k, m in measurements.items()},
-        "ratios": {"c/a": ratio(c, a), "c/b": ratio(c, b), "c/d": ratio(c, d), "e/c": ratio(e, c)},
+        "ratios": {
+            "c/a": ratio(c, a),
+            "c/b": ratio(c, b),
+            "c/d": ratio(c, d),
+            "e/c": ratio(e, c),
+            "f/c": ratio(f, c),
+        },
         "rebuild_events_per_s": landing.events / c.seconds if c.seconds else None,
         "rows": {"expected": expected["rows"], **{k: m.rows for k, m in measurements.items() if k != "a"}},
         "mismatches": mismatches,
@@ -537,6 +583,7 @@ def report_text(report: dict) -> str:
     lines += [
         "",
         f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   e/c {_num(r.get('e/c'))}   "
+        f"f/c {_num(r.get('f/c'))}   "
         f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
     ]
     c = report["measurements"]["c"]
@@ -609,6 +656,12 @@ def main(argv: list[str] | None = None) -> int:
         help="(e): share of the applied events after the base's AS OF (default 0.01; 0 skips it)",
     )
     parser.add_argument(
+        "--as-ofs",
+        type=int,
+        default=0,
+        help="(f): this many AS OFs from one scan, spread over the landing's time range (default 0: skip)",
+    )
+    parser.add_argument(
         "--compare",
         nargs=2,
         type=Path,
@@ -643,7 +696,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         json_lines = WRITERS[workload.source_format].container is None
         report = run_all(
-            spark, Landing.open(landed), workdir, args.repeat, args.incremental_share, json_lines
+            spark,
+            Landing.open(landed),
+            workdir,
+            args.repeat,
+            args.incremental_share,
+            json_lines,
+            args.as_ofs,
         )
     finally:
         spark.stop()

@@ -50,9 +50,11 @@ from airflow_cdc_provider.replay.fold import (
     TAG_QUARANTINED,
     TAG_ROW,
     TAG_TRUNCATE,
+    clustered_for_fold,
     fold,
     keyed_events,
     ordering,
+    staged_events,
     table_changes,
     with_keys,
 )
@@ -154,7 +156,11 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
     latest = max(s.as_of_ms for s in specs)
     wanted, _ = first.partitions.split(listed, latest)
     size_shuffles(spark, wanted)
-    events, decoded = checkpoint_salvaging(spark, wanted, decode)
+    decoded_events, decoded = checkpoint_salvaging(spark, wanted, decode)
+    # Kept clustered by group and sorted: each AS OF's fold then needs no shuffle or sort.
+    events = clustered_for_fold(staged_events(_select_tables(decoded_events, first.tables))).persist()
+    events.count()
+    decoded_events.unpersist()
     try:
         metrics = []
         for spec, target in zip(specs, targets):

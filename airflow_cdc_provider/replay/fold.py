@@ -174,7 +174,29 @@ def applies_by(events: DataFrame, as_of_ms: int) -> Expr:
 
 
 def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
-    """Attach group tag and key to every event of ``with_keys``; split key-changing updates in two."""
+    """Attach group tag and key to every event of ``with_keys``, split key-changing updates in two,
+    and flag what AS OF applies. ``events`` may already be ``staged_events`` (several AS OFs)."""
+    staged = events if "_tag" in events.columns else staged_events(events)
+    is_change = E.col("kind") == KIND_CHANGE
+    applied = applies_by(staged, as_of_ms)
+    held_back = (
+        []
+        if APPLY_MS not in staged.columns
+        else [(is_change & ~applied & on_time(as_of_ms)).alias(HELD_BACK)]
+    )
+    return staged.select(
+        "*",
+        *E.columns(
+            (is_change & applied).alias("_applied"),
+            (_is_ddl() & applied).alias("_ddl_applied"),
+            (is_change & ~applied).alias("_after_as_of"),
+            *held_back,
+        ),
+    )
+
+
+def staged_events(events: DataFrame) -> DataFrame:
+    """The part of ``keyed_events`` no AS OF changes: group tag, key, the two halves of a key change."""
     missing_key = _lacks_key()
     kind = E.when(missing_key, E.lit(KIND_QUARANTINED)).otherwise(E.col("kind"))
     reason = E.when(missing_key, E.lit(Q_MISSING_KEY)).otherwise(E.col("reason"))
@@ -213,21 +235,11 @@ def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
     key_moved = E.coalesce(
         is_row & (E.col("op") == OP_UPDATE) & (E.col("_old_key") != E.col("_new_key")), False
     )
-    applied = applies_by(events, as_of_ms)
-    held_back = (
-        []
-        if APPLY_MS not in events.columns
-        else [(is_change & ~applied & on_time(as_of_ms)).alias(HELD_BACK)]
-    )
     keyed = staged.select(
         "*",
         *E.columns(
             tag.alias("_tag"),
             group_key.alias("_group_key"),
-            (is_change & applied).alias("_applied"),
-            (_is_ddl() & applied).alias("_ddl_applied"),
-            (is_change & ~applied).alias("_after_as_of"),
-            *held_back,
             E.col("_content_hash").alias("_hash"),
             key_moved.alias("_key_moved"),
         ),
@@ -246,6 +258,13 @@ def keyed_events(events: DataFrame, as_of_ms: int) -> DataFrame:
             "_moved_partially": (moved_away & partial).column(),
         }
     ).drop("_group_key")
+
+
+def clustered_for_fold(staged: DataFrame) -> DataFrame:
+    """``staged_events`` hashed, partitioned and sorted as the fold's window and aggregation need
+    them: kept so, the fold of each of several AS OFs runs without a shuffle or a sort of its own."""
+    hashed = staged.withColumn("_group_hash", _group_hash().column())
+    return hashed.repartition(*_GROUP).sortWithinPartitions(*_GROUP, *_COUNTING_FIELDS)
 
 
 def ddl_change(ord_: Expr) -> Expr:
@@ -279,14 +298,16 @@ def table_changes(events: DataFrame, as_of_ms: int) -> DataFrame:
     )
 
 
+_COUNTING_FIELDS = ("log_pos", "event_ms", "_hash", "file", "file_pos", "sub_pos")
+
+
 def _counting_order() -> str:
     """Position order in which exact duplicates sit next to each other (SQL ``ORDER BY`` list).
 
     The content hash sorts right after the source position and event time, before the landing
     position: two deliveries of one event share the former and differ in the latter.
     """
-    fields = ("log_pos", "event_ms", "_hash", "file", "file_pos", "sub_pos")
-    return ", ".join(E.col(f).sql for f in fields)
+    return ", ".join(E.col(f).sql for f in _COUNTING_FIELDS)
 
 
 def _op_code() -> Expr:
@@ -298,6 +319,11 @@ def _op_code() -> Expr:
 
 
 _GROUP = ("_group_hash", "table", "_tag", "_key")
+
+
+def _group_hash() -> Expr:
+    # A leading 64-bit hash makes the sort compare longs before table names and key arrays.
+    return E.xxhash64("table", "_tag", "_key")
 
 
 def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
@@ -399,8 +425,10 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
         E.col("file_pos"),
         E.col("sub_pos"),
     )
-    # A leading 64-bit hash makes the sort compare longs before table names and key arrays.
-    hashed = keyed.withColumn("_group_hash", E.xxhash64("table", "_tag", "_key").column())
+    # Events kept by ``clustered_for_fold`` carry the hash their partitioning and sort are built on.
+    hashed = (
+        keyed if "_group_hash" in keyed.columns else keyed.withColumn("_group_hash", _group_hash().column())
+    )
     flagged = _count_flags(hashed, changes)
     resetting = E.struct(ord_.alias("ord"), E.col("op"), E.col("after"))
     move = E.struct(
