@@ -606,6 +606,8 @@ def compare_text(first: dict, second: dict) -> str:
     lines = [f"{fmt1} {first['input']['events']:,} events -> {fmt2} {second['input']['events']:,} events", ""]
     time_ratio = None
     for k, m in second["measurements"].items():
+        if k not in first["measurements"]:  # a report from before the measurement existed
+            continue
         f = first["measurements"][k]
         ratio = m["seconds"] / f["seconds"] if m["seconds"] and f["seconds"] else None
         time_ratio = ratio if k == "c" else time_ratio

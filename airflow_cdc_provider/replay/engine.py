@@ -5,7 +5,8 @@ aggregation, whose (small) result is persisted; everything after it (quarantine,
 metrics) reads that result, never the landed files again. Two cases read the decoded events more
 than once and keep them instead: a run that writes ``_cdc_state`` (incremental bookkeeping), and a
 landing with an applied truncate or column drop (found by the single pass, then folded again).
-Several AS OFs (``run_snapshots``) also keep them: decoded once, folded once per AS OF.
+Several AS OFs (``run_snapshots``) also keep them: decoded once, folded once for all of them
+where ``fold_buckets`` can stand for each one's fold, else once per AS OF.
 """
 
 from __future__ import annotations
@@ -46,16 +47,25 @@ from airflow_cdc_provider.replay.base_state import (
     unreplayable_partials,
 )
 from airflow_cdc_provider.replay.fold import (
+    BUCKET,
+    OUT_OF_ORDER,
     TAG_NO_KEY,
     TAG_QUARANTINED,
     TAG_ROW,
     TAG_TRUNCATE,
+    VISIBLE,
+    at_index,
     clustered_for_fold,
     fold,
+    fold_buckets,
+    fold_spans,
     keyed_events,
     ordering,
+    per_index,
+    span_rows,
     staged_events,
     table_changes,
+    with_buckets,
     with_keys,
 )
 from airflow_cdc_provider.replay.metrics import build_metrics, group_counts, needs_table_changes
@@ -136,9 +146,10 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
 def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[dict]:
     """Rebuild one snapshot per spec (runs that differ only in AS OF and output) from one scan.
 
-    The files the latest AS OF reads are decoded once and kept; each snapshot then folds the
+    The files the latest AS OF reads are decoded once and kept; each snapshot then takes the
     events of the files its own AS OF reads (partitions after it + lateness are left out, as a
-    run of that AS OF alone leaves them), and is written and committed on its own, with the
+    run of that AS OF alone leaves them), from one shared fold (``fold_buckets``) or, where that
+    cannot stand for it, a fold of its own, and is written and committed on its own, with the
     metrics that run would write. Returns the metrics in the order of ``specs``.
     """
     if len(specs) == 1:
@@ -157,28 +168,74 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
     wanted, _ = first.partitions.split(listed, latest)
     size_shuffles(spark, wanted)
     decoded_events, decoded = checkpoint_salvaging(spark, wanted, decode)
-    # Kept clustered by group and sorted: each AS OF's fold then needs no shuffle or sort.
-    events = clustered_for_fold(staged_events(_select_tables(decoded_events, first.tables))).persist()
+    order = sorted(range(len(specs)), key=lambda k: specs[k].as_of_ms)
+    reads = [{f.path for f in specs[k].partitions.split(listed, specs[k].as_of_ms)[0]} for k in order]
+    staged = staged_events(_select_tables(decoded_events, first.tables))
+    # One fold for every AS OF: full images only, the held-back count of whole transactions is
+    # not combinable (the per-AS-OF fold runs instead).
+    combinable = not get_decoder(first.source_format).partial_images and not first.whole_transactions
+    if combinable:
+        staged = with_buckets(
+            staged, [specs[k].as_of_ms for k in order], _visible_from(spark, decoded, reads)
+        )
+    # Kept clustered by group and sorted: the fold(s) need no shuffle or sort of their own.
+    events = clustered_for_fold(staged).persist()
     events.count()
     decoded_events.unpersist()
+    spans = _fold_spans(events, len(specs), latest) if combinable else None
+    if spans is not None:
+        events.unpersist()  # the snapshots read the spans; the events only on an error's path
+        # Resolved once: a span's row is the same whichever AS OF reads it. The counts of every
+        # AS OF come from one query.
+        spans = resolve(span_rows(spans), None).persist()
+        by_index = group_counts(per_index(spans, "_index"), by=("_index",))
+        groups = [[g for g in by_index if g["_index"] == i] for i in range(len(specs))]
+    # Each AS OF's own fold does not read the AS OF indexes (dropping columns keeps the clustering).
+    kept = events if spans is not None else events.drop(BUCKET, VISIBLE)
     try:
         metrics = []
-        for spec, target in zip(specs, targets):
-            own, after_as_of = spec.partitions.split(listed, spec.as_of_ms)
-            paths = {f.path for f in own}
-            files = [f for f in decoded if f.path in paths]
-            read = Input(
-                events if len(files) == len(decoded) else events.where(F.col("file").isin(sorted(paths))),
-                files,
-                {SKIPPED_PARTITION: after_as_of},
-                None,
-                None,
-            )
+        for k, (spec, target) in enumerate(zip(specs, targets)):
+            index = order.index(k)
+            files = [f for f in decoded if f.path in reads[index]]
+            own = kept if len(files) == len(decoded) else kept.where(F.col("file").isin(sorted(reads[index])))
+            unread = [f for f in listed if f.path not in reads[index]]
+            read = Input(own, files, {SKIPPED_PARTITION: unread}, None, None)
+            folded = (at_index(spans, index), groups[index]) if spans is not None else None
             with target.exclusive():
-                metrics.append(_rebuild(spark, spec, target, read))
+                metrics.append(_rebuild(spark, spec, target, read, folded))
         return metrics
     finally:
         events.unpersist()
+        if spans is not None:
+            spans.unpersist()
+
+
+def _visible_from(spark: SparkSession, files: list[LandedFile], reads: list[set[str]]) -> DataFrame | None:
+    """``file, _visible``: the first AS OF (index) that reads each file some AS OF leaves unread."""
+    later = [(f.path, next(i for i, paths in enumerate(reads) if f.path in paths)) for f in files]
+    later = [(path, index) for path, index in later if index > 0]
+    if not later:
+        return None
+    return spark.createDataFrame(later, f"file string, {VISIBLE} int")
+
+
+def _fold_spans(events: DataFrame, as_of_count: int, latest_ms: int) -> DataFrame | None:
+    """``fold_spans`` of ``events``, kept; None when it cannot stand for each AS OF's own fold.
+
+    A truncate or column drop changes every row of its table, and an event that applies at an
+    earlier AS OF than one before it in position order changes what the counting window sees:
+    then each AS OF is folded on its own.
+    """
+    if not table_changes(events, latest_ms).isEmpty():
+        log.info("several AS OFs: truncates or column drops; folding each AS OF on its own")
+        return None
+    spans = fold_spans(fold_buckets(events, as_of_count), as_of_count).persist()
+    if spans.agg(F.max(OUT_OF_ORDER)).first()[0]:
+        log.info("several AS OFs: event times run backwards across AS OFs; folding each AS OF on its own")
+        spans.unpersist()
+        return None
+    log.info("several AS OFs: one fold for all %d", as_of_count)
+    return spans
 
 
 def _decoding(spark: SparkSession, spec: SnapshotSpec):
@@ -194,13 +251,21 @@ def _decoding(spark: SparkSession, spec: SnapshotSpec):
 
 
 def _rebuild(
-    spark: SparkSession, spec: SnapshotSpec, target: OutputTarget, shared: Input | None = None
+    spark: SparkSession,
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    shared: Input | None = None,
+    folded: tuple[DataFrame, list] | None = None,
 ) -> dict:
-    """One snapshot; ``shared``: events decoded and kept by the caller (which releases them)."""
+    """One snapshot; ``shared``: events decoded and kept by the caller (which releases them);
+    ``folded``: their resolved fold for this AS OF and its ``group_counts``, kept by the caller."""
     decoder = get_decoder(spec.source_format)
     decode = _decoding(spark, spec)
     read = shared or read_input(spark, spec, decode, decoder.partial_images)
-    result = _fold(spark, spec, read, decode, decoder.partial_images)
+    if folded is not None:
+        result = _Folded(folded[0], folded[0], [])
+    else:
+        result = _fold(spark, spec, read, decode, decoder.partial_images)
     if read.base is not None and decoder.partial_images and (older := unreplayable_partials(result.folded)):
         why = (
             f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
@@ -212,7 +277,7 @@ def _rebuild(
             spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why
         )
         result = _fold(spark, spec, read, decode, decoder.partial_images)
-    groups = group_counts(result.resolved)
+    groups = folded[1] if folded is not None else group_counts(result.resolved)
     if not read.kept and needs_table_changes(groups):
         # The single pass assumed no truncate or column drop: they change rows of every key of a
         # table, so the counting window and each key's state need them before they run. Decode

@@ -11,10 +11,14 @@ the same partitions and sort then keeps per key
 Non-row records travel through the same aggregation under group tags, so one shuffle of one scan
 yields the snapshot, the quarantine and every count; a table's DDL events (one group) also
 yield the columns it added and dropped before AS OF (``ddl_changes``).
+
+Several AS OFs share one fold where they can (``fold_buckets``, ``fold_at``): the same aggregation,
+also grouped by the AS OF an event first applies at, combined per AS OF.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -47,6 +51,12 @@ TAG_QUARANTINED = "Q"
 TAG_NO_KEY = "K"  # row changes of a table nobody gave a key for: a configuration error
 # A row change on time for AS OF whose transaction is not (``--whole-transactions``).
 HELD_BACK = "_held_back"
+# Several AS OFs (``fold_buckets``): the first AS OF (by index) an event applies at, and whether an
+# event before it in position order applies only at a later one.
+BUCKET = "_b"
+VISIBLE = "_visible"  # the first AS OF (by index) whose run reads the event's file
+OUT_OF_ORDER = "_out_of_order"
+SPAN_FROM, SPAN_TO = "_span_from", "_span_to"  # the AS OF indexes a group's folded state holds for
 
 # Op codes in the counting list.
 _OP_CODE = {OP_INSERT: 1, OP_READ: 1, OP_UPDATE: 2, OP_DELETE: 3}
@@ -357,6 +367,10 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
         previous(E.when(counted, E.col("_hash"))).alias("_prev_hash"),
         previous(E.when(applied, _op_code())).alias("_prev_op"),
     ]
+    if BUCKET in keyed.columns:
+        # Several AS OFs (fold_buckets): an event applied at an earlier AS OF than one before it.
+        earlier_max = Expr(f"max({E.col(BUCKET).sql}) {window}")
+        columns.append(E.coalesce(earlier_max > E.col(BUCKET), E.lit(False)).alias(OUT_OF_ORDER))
     if changes is not None:
         columns.append(previous(E.when(applied, ordering())).alias("_prev_ord"))
     staged = with_truncs.select("*", *E.columns(columns))
@@ -376,7 +390,7 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     def flag(condition: Expr) -> Expr:
         return E.when(condition, E.lit(1)).otherwise(E.lit(0))
 
-    helpers = [c for c in staged.columns if c not in keyed.columns]
+    helpers = [c for c in staged.columns if c not in keyed.columns and c != OUT_OF_ORDER]
     return staged.select(
         "*",
         *E.columns(
@@ -405,6 +419,17 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
     run's starting state) are applied but never counted; ``base_ord`` is then the position of the
     base's row of each key.
     """
+    flagged, aggregates = _fold_aggregates(keyed, changes, partial_images)
+    folded = flagged.groupBy(*_GROUP).agg(*E.columns(aggregates))
+    if not partial_images:
+        folded = _full_image_lists(folded)
+    return folded.drop("_group_hash")
+
+
+def _fold_aggregates(
+    keyed: DataFrame, changes: DataFrame | None, partial_images: bool, extra: bool = False
+) -> tuple[DataFrame, list[Expr]]:
+    """The fold's flagged events and its aggregations; ``extra``: also what ``fold_at`` combines by."""
     applied = E.col("_applied")
     has_base = "_base" in keyed.columns
     from_base = E.col("_base") if has_base else E.lit(False)
@@ -454,63 +479,191 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
         ]
     is_listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
     not_moved = ~E.col("_moved_away")
-    folded = flagged.groupBy(*_GROUP).agg(
-        *E.columns(
-            *lists,
-            E.count(E.when(not_moved & ~from_base, E.lit(1))).alias("n"),
-            E.count(E.when(E.col("_after_as_of") & not_moved, E.lit(1))).alias("after_as_of"),
-            E.count(E.when(E.col("log_pos_unreadable") & not_moved & ~from_base, E.lit(1))).alias(
-                "unpositioned"
-            ),
-            E.max_by(E.when(reset, resetting), E.when(reset, ord_)).alias("reset"),
-            E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in COUNTS]).alias("counts"),
-            E.max_by(E.when(applied, last_meta), E.when(applied, ord_)).alias("last"),
-            E.max(E.when(applied, E.col("event_ms"))).alias("last_event_ms"),
-            E.collect_set(
-                E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types")))
-            ).alias("type_sigs"),
-            E.collect_list(
-                E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_))
-            ).alias("ddl_changes"),
-            E.min_by(
-                E.when(
-                    is_listed,
-                    E.struct(
-                        file.alias("file"),
-                        E.col("file_pos"),
-                        E.col("line"),
-                        E.col("sub_pos"),
-                        E.col("reason"),
-                        E.col("raw"),
-                    ),
+    if extra:
+        counting = E.struct(*[E.col(f) for f in _COUNTING_FIELDS])
+        lists += [
+            E.max(E.when(applied, ord_)).alias("_last_ord"),
+            E.min(E.when(is_listed, ord_)).alias("_first_ord"),
+            E.min(E.when(E.col("_key_cols").isNotNull(), counting)).alias("_key_ord"),
+            E.count(E.when(E.col(OUT_OF_ORDER), E.lit(1))).alias(OUT_OF_ORDER),
+        ]
+    return flagged, [
+        *lists,
+        E.count(E.when(not_moved & ~from_base, E.lit(1))).alias("n"),
+        E.count(E.when(E.col("_after_as_of") & not_moved, E.lit(1))).alias("after_as_of"),
+        E.count(E.when(E.col("log_pos_unreadable") & not_moved & ~from_base, E.lit(1))).alias("unpositioned"),
+        E.max_by(E.when(reset, resetting), E.when(reset, ord_)).alias("reset"),
+        E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in COUNTS]).alias("counts"),
+        E.max_by(E.when(applied, last_meta), E.when(applied, ord_)).alias("last"),
+        E.max(E.when(applied, E.col("event_ms"))).alias("last_event_ms"),
+        E.collect_set(
+            E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types")))
+        ).alias("type_sigs"),
+        E.collect_list(
+            E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_))
+        ).alias("ddl_changes"),
+        E.min_by(
+            E.when(
+                is_listed,
+                E.struct(
+                    file.alias("file"),
+                    E.col("file_pos"),
+                    E.col("line"),
+                    E.col("sub_pos"),
+                    E.col("reason"),
+                    E.col("raw"),
                 ),
-                E.when(is_listed, ord_),
-            ).alias("first"),
-            E.first(E.col("_key_cols"), E.lit(True)).alias("key_names"),
-        )
+            ),
+            E.when(is_listed, ord_),
+        ).alias("first"),
+        E.first(E.col("_key_cols"), E.lit(True)).alias("key_names"),
+    ]
+
+
+def _full_image_lists(folded: DataFrame) -> DataFrame:
+    """Full images: the list shapes ``resolve`` reads, made from the fixed-size buffers."""
+    ord_type = folded.schema["reset"].dataType["ord"].dataType
+    partial_type = StructType([StructField("ord", ord_type), StructField("after", IMAGE_TYPE)])
+    move_type = StructType(
+        [
+            StructField("ord", ord_type),
+            StructField("to", ArrayType(StringType())),
+            StructField("partial", BooleanType()),
+        ]
     )
-    if not partial_images:
-        # Full images: the list shapes ``resolve`` reads, made from the fixed-size buffers.
-        ord_type = folded.schema["reset"].dataType["ord"].dataType
-        partial_type = StructType([StructField("ord", ord_type), StructField("after", IMAGE_TYPE)])
-        move_type = StructType(
-            [
-                StructField("ord", ord_type),
-                StructField("to", ArrayType(StringType())),
-                StructField("partial", BooleanType()),
-            ]
+    last_move = E.struct(
+        E.col("_last_move").alias("ord"),
+        E.null("array<string>").alias("to"),
+        E.lit(False).alias("partial"),
+    )
+    folded = folded.withColumns(
+        {
+            "partials": E.array().cast(ArrayType(partial_type)).column(),
+            "moves_out": E.when(E.col("_last_move").isNotNull(), E.array(last_move))
+            .otherwise(E.array().cast(ArrayType(move_type)))
+            .column(),
+        }
+    ).drop("_last_move")
+    return folded
+
+
+def fold_buckets(staged: DataFrame, as_of_count: int) -> DataFrame:
+    """The fold of several AS OFs in one pass: one aggregation per (group, BUCKET, VISIBLE).
+
+    ``staged`` is ``clustered_for_fold`` output with two indexes into the AS OFs (sorted): ``VISIBLE``,
+    the first one whose run reads the event's file, and ``BUCKET``, the first one it applies at
+    (``as_of_count``: none). ``fold_at`` combines the rows of one AS OF into exactly ``fold``'s result
+    for it, provided no group has an event that applies at an earlier AS OF than one before it in
+    position order (``OUT_OF_ORDER`` counts them; the counting window assumes it).
+    """
+    is_change = E.col("kind") == KIND_CHANGE
+    applies = E.col(BUCKET) < as_of_count
+    keyed = staged.select(
+        "*",
+        *E.columns(
+            (is_change & applies).alias("_applied"),
+            (_is_ddl() & applies).alias("_ddl_applied"),
+            is_change.alias("_after_as_of"),  # summed: the row changes, applied or not
+        ),
+    )
+    flagged, aggregates = _fold_aggregates(keyed, None, False, extra=True)
+    return flagged.groupBy(*_GROUP, BUCKET, VISIBLE).agg(*E.columns(aggregates))
+
+
+def fold_spans(buckets: DataFrame, as_of_count: int) -> DataFrame:
+    """Each group's folded state over the AS OFs, as spans ``[SPAN_FROM, SPAN_TO)`` of AS OF indexes.
+
+    From ``fold_buckets``: a bucket row's state applies from its ``BUCKET`` on, and its events are
+    read (counted) from its ``VISIBLE`` on. One window per group over those two kinds of points
+    accumulates both; each distinct point starts a span, which lasts until the next one. A group
+    has no span before its first file is read, so ``fold_at`` is then a filter, not an aggregation.
+    """
+    kinds = E.when(E.col(VISIBLE) < E.col(BUCKET), E.array(E.lit(0), E.lit(1))).otherwise(E.array(E.lit(2)))
+    points = buckets.select("*", F.explode(kinds.column()).alias("_kind"))
+    # 0: the rows are read from here (VISIBLE); 1: they apply from here (BUCKET); 2: both at once.
+    read, applies = E.col("_kind") != 1, E.col("_kind") != 0
+    point = E.when(E.col("_kind") == 0, E.col(VISIBLE)).otherwise(E.col(BUCKET))
+    points = points.withColumn(SPAN_FROM, point.column())
+    group = ", ".join(E.col(g).sql for g in _GROUP)
+    upto = f"OVER (PARTITION BY {group} ORDER BY {E.col(SPAN_FROM).sql} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+
+    def running(aggregate: Expr) -> Expr:
+        return Expr(f"{aggregate.sql} {upto}")
+
+    def on(name: str) -> Expr:
+        return E.when(applies, E.col(name))
+
+    def seen(name: str) -> Expr:
+        return E.when(read, E.col(name))
+
+    counts = [
+        E.coalesce(running(E.sum(on("counts")[name])), E.lit(0)).cast("long").alias(name) for name in COUNTS
+    ]
+    changes_read = E.coalesce(running(E.sum(seen("after_as_of"))), E.lit(0))
+    changes_applied = E.coalesce(running(E.sum(on("after_as_of"))), E.lit(0))
+    spans = points.select(
+        *_GROUP,
+        SPAN_FROM,
+        *E.columns(
+            Expr(
+                f"lead({E.col(SPAN_FROM).sql}) OVER (PARTITION BY {group} ORDER BY {E.col(SPAN_FROM).sql})"
+            ).alias("_next"),
+            running(E.max(on("_last_move"))).alias("_last_move"),
+            running(E.sum(seen("n"))).alias("n"),
+            (changes_read - changes_applied).alias("after_as_of"),
+            running(E.sum(seen("unpositioned"))).alias("unpositioned"),
+            running(E.max_by(on("reset"), E.when(applies, E.col("reset")["ord"]))).alias("reset"),
+            E.struct(*counts).alias("counts"),
+            running(E.max_by(on("last"), on("_last_ord"))).alias("last"),
+            running(E.max(on("last_event_ms"))).alias("last_event_ms"),
+            E.array_distinct(E.flatten(running(E.collect_list(on("type_sigs"))))).alias("type_sigs"),
+            E.flatten(running(E.collect_list(on("ddl_changes")))).alias("ddl_changes"),
+            running(E.min_by(seen("first"), seen("_first_ord"))).alias("first"),
+            running(E.min_by(seen("key_names"), seen("_key_ord"))).alias("key_names"),
+            running(E.sum(OUT_OF_ORDER)).alias(OUT_OF_ORDER),  # a group's last span holds its total
+        ),
+    )
+    # Points shared by several rows: the last of them holds the whole state (RANGE frame).
+    last_of_point = E.col("_next").isNull() | (E.col("_next") != E.col(SPAN_FROM))
+    # Events that apply at no AS OF (index as_of_count) only end the span before them.
+    return (
+        spans.where((last_of_point & (E.col(SPAN_FROM) < as_of_count)).column())
+        .withColumn(SPAN_TO, E.coalesce(E.col("_next"), E.lit(as_of_count)).column())
+        .drop("_next")
+    )
+
+
+def span_rows(spans: DataFrame) -> DataFrame:
+    """``fold_spans`` shaped as ``fold``'s rows (``SPAN_FROM``/``SPAN_TO`` kept): ready for ``resolve``."""
+    return _full_image_lists(spans.drop(OUT_OF_ORDER)).drop("_group_hash")
+
+
+def at_index(rows: DataFrame, index: int) -> DataFrame:
+    """The rows of ``span_rows`` (or anything made from them row by row) that hold at AS OF ``index``."""
+    current = (E.col(SPAN_FROM) <= index) & (E.lit(index) < E.col(SPAN_TO))
+    return rows.where(current.column()).drop(SPAN_FROM, SPAN_TO)
+
+
+def per_index(rows: DataFrame, name: str) -> DataFrame:
+    """``rows`` repeated for every AS OF index they hold at, in column ``name``."""
+    indexes = E.sequence(E.col(SPAN_FROM), E.col(SPAN_TO) - 1)
+    return rows.select("*", F.explode(indexes.column()).alias(name)).drop(SPAN_FROM, SPAN_TO)
+
+
+def with_buckets(events: DataFrame, as_ofs: Sequence[int], visible: DataFrame | None) -> DataFrame:
+    """``events`` with ``VISIBLE`` and ``BUCKET`` for the AS OFs ``as_ofs`` (sorted) of ``fold_buckets``.
+
+    ``visible``: ``file, _visible`` for files that some of the AS OFs do not read (None: all read
+    every file). An event applies from the first AS OF at or after its own time that reads its file.
+    """
+    if visible is not None:
+        events = events.join(F.broadcast(visible), "file", "left").withColumn(
+            VISIBLE, F.coalesce(F.col(VISIBLE), F.lit(0))
         )
-        last_move = E.struct(
-            E.col("_last_move").alias("ord"),
-            E.null("array<string>").alias("to"),
-            E.lit(False).alias("partial"),
-        )
-        folded = folded.withColumns(
-            {
-                "partials": E.array().cast(ArrayType(partial_type)).column(),
-                "moves_out": E.when(E.col("_last_move").isNotNull(), E.array(last_move))
-                .otherwise(E.array().cast(ArrayType(move_type)))
-                .column(),
-            }
-        ).drop("_last_move")
-    return folded.drop("_group_hash")
+    else:
+        events = events.withColumn(VISIBLE, F.lit(0))
+    own_time = E.coalesce(E.col("event_ms"), E.lit(0))
+    earlier = E.lit(0)
+    for as_of_ms in as_ofs:
+        earlier = earlier + E.when(E.lit(as_of_ms) < own_time, E.lit(1)).otherwise(E.lit(0))
+    return events.withColumn(BUCKET, E.greatest(earlier, E.col(VISIBLE)).column())

@@ -27,18 +27,19 @@ log = logging.getLogger(__name__)
 HELD_BACK_COUNTS = ("held_back", "held_back_transactions")
 
 
-def group_counts(resolved: DataFrame) -> list:
+def group_counts(resolved: DataFrame, by: tuple[str, ...] = ()) -> list:
     """One small row per (table, tag, reason): everything the metrics need, in one Spark query.
 
     The same rows carry what typing needs (declared signatures, key names, the final rows' value
-    types and column orders), so typing takes no query of its own.
+    types and column orders), so typing takes no query of its own. ``by``: columns that split the
+    rows further (several AS OFs: the AS OF's index).
     """
     c = E.col("counts")
     listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
     final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
     held_back = [E.sum(name).alias(name) for name in HELD_BACK_COUNTS if name in resolved.columns]
     return (
-        resolved.groupBy("table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
+        resolved.groupBy(*by, "table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
         .agg(
             *E.columns(
                 E.sum("n").alias("n"),

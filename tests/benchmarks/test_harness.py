@@ -35,19 +35,18 @@ def folded(w: Workload) -> list[dict]:
     return sorted(rows.values(), key=lambda r: json.dumps(r, sort_keys=True))
 
 
-def bench(spark, tmp_path_factory, w: Workload, incremental_share: float = 0.0) -> tuple[Path, dict, dict]:
+def bench(
+    spark, tmp_path_factory, w: Workload, incremental_share: float = 0.0, as_ofs: int = 0
+) -> tuple[Path, dict, dict]:
     work = tmp_path_factory.mktemp(w.source_format)
     expected = generate(w, work / "landed")
-    return (
-        work,
-        expected,
-        run_all(spark, Landing.open(work / "landed"), work, repeat=1, incremental_share=incremental_share),
-    )
+    landing = Landing.open(work / "landed")
+    return work, expected, run_all(spark, landing, work, 1, incremental_share, as_ofs=as_ofs)
 
 
 @pytest.fixture(scope="module")
 def debezium(spark, tmp_path_factory):
-    return bench(spark, tmp_path_factory, DEBEZIUM, incremental_share=0.3)
+    return bench(spark, tmp_path_factory, DEBEZIUM, incremental_share=0.3, as_ofs=3)
 
 
 def rebuilt_rows(spark, work: Path, expected: dict) -> list[dict]:
@@ -64,11 +63,17 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
         "c": expected["rows"],
         "d": report["rows"]["d"],
         "e": expected["rows"],
+        "f": expected["rows"],
     }
     assert rebuilt_rows(spark, work, expected) == folded(DEBEZIUM)
     ((table, _),) = expected["tables"].items()
     assert rows_of(spark, work / "out-e" / table) == folded(DEBEZIUM)  # (e) started from a base at 70%
     assert report["measurements"]["e"]["note"].startswith("incremental, 30.0% new events: read ")
+    # (f): three snapshots from one scan, the last at AS OF: the same rows as (c).
+    last = sorted((work / "out-f").iterdir())[-1]
+    assert len(list((work / "out-f").iterdir())) == 3
+    assert rows_of(spark, last / table) == folded(DEBEZIUM)
+    assert report["measurements"]["f"]["note"].startswith("3 snapshots; rows of the last (at AS OF); ")
     assert 0 < expected["rows"] < DEBEZIUM.keys
     assert report["measurements"]["a"]["seconds"] > 0 and report["ratios"]["c/a"] > 0
 

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_events_add_up, rows_of
-from tests.reliability.histories import ENCODERS, T0, land, random_history
+from tests.conftest import REPO, assert_events_add_up, rows_of, write_jsonl
+from tests.reliability.histories import ENCODERS, land, random_history
+from tests.reliability.histories import T0 as HISTORY_T0
 from tests.reliability.test_accounting import assert_accounted, quarantine_rows
+from tests.replay.test_semantics import T0, dbz, dbz_truncate
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
+from airflow_cdc_provider.formats import get_decoder
 from airflow_cdc_provider.replay.engine import run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.sample_data import SAMPLE_LANDING
@@ -57,15 +60,16 @@ def _assert_same_snapshot(spark, together: dict, alone: dict) -> None:
 
 
 @pytest.mark.parametrize("fmt", sorted(ENCODERS))
-def test_each_snapshot_is_the_run_of_its_as_of_alone(fmt, spark, tmp_path):
+def test_each_snapshot_is_the_run_of_its_as_of_alone(fmt, spark, tmp_path, caplog):
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
     rng = random.Random(f"many-{fmt}")
     landing = tmp_path / "in"
     landing.mkdir()
-    latest = T0 + 13_000  # after every change of a history (at most 12 of them, one per second)
+    latest = HISTORY_T0 + 13_000  # after every change of a history (at most 12 of them, one per second)
     expected = {
         f"h{i}": land(ENCODERS[fmt], landing, f"h{i}", random_history(rng), latest, rng) for i in range(2)
     }
-    as_ofs = [T0 + 6_500, latest]
+    as_ofs = [HISTORY_T0 + 6_500, latest]
     keys = ",".join(ENCODERS[fmt].key)
     together = run_snapshots(
         spark, _specs(fmt, landing, str(tmp_path / "snap" / "at={as_of:%H%M%S}"), as_ofs, key_columns=keys)
@@ -77,6 +81,8 @@ def test_each_snapshot_is_the_run_of_its_as_of_alone(fmt, spark, tmp_path):
     ]
     for metrics in together:
         assert_events_add_up(metrics)
+    # Full images fold once for both AS OFs; partial images fold each AS OF on its own.
+    assert _one_fold(caplog) is not get_decoder(fmt).partial_images
     # The earlier AS OF against a run of its own; the latest against the plain Python fold.
     (alone,) = _specs(fmt, landing, str(tmp_path / "alone"), [as_ofs[0]], key_columns=keys)
     _assert_same_snapshot(spark, together[0], run_snapshot(spark, alone))
@@ -147,3 +153,83 @@ def test_the_command_line_prints_the_metrics_of_every_snapshot(spark, tmp_path, 
         json.loads((tmp_path / f"dt={d}" / "_cdc_metrics.json").read_text())
         for d in ("2024-09-02", "2024-09-03")
     ]
+
+
+def _together_and_alone(spark, tmp_path, landing: Path, as_ofs: list[int], **options) -> list[dict]:
+    """Run ``as_ofs`` together, compare each snapshot with its run alone; return the together metrics."""
+    output = str(tmp_path / "snap" / "at={as_of:%H%M%S}")
+    together = run_snapshots(
+        spark, _specs("debezium-json", landing, output, as_ofs, key_columns="id", **options)
+    )
+    for as_of_ms, metrics in zip(as_ofs, together):
+        (alone,) = _specs(
+            "debezium-json",
+            landing,
+            str(tmp_path / f"alone-{as_of_ms}"),
+            [as_of_ms],
+            key_columns="id",
+            **options,
+        )
+        _assert_same_snapshot(spark, metrics, run_snapshot(spark, alone))
+    return together
+
+
+def _one_fold(caplog) -> bool:
+    return any("one fold for all" in r.getMessage() for r in caplog.records)
+
+
+def test_one_fold_serves_every_as_of_with_key_changes_duplicates_and_late_files(spark, tmp_path, caplog):
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    landing = tmp_path / "in"
+    write_jsonl(
+        landing / "a.json",
+        [
+            dbz("c", 1, T0, pos=100, name="ann"),
+            dbz("c", 2, T0 + 1000, pos=200, name="bob"),
+            dbz("u", 3, T0 + 2000, pos=300, before={"id": 1, "name": "ann"}, name="ann"),  # key 1 -> 3
+            dbz("d", 2, T0 + 3000, pos=400, name="bob"),
+            dbz("d", 9, T0 + 3000, pos=450),  # a key nobody inserted
+        ],
+    )
+    # Landed late, in another file: an exact re-delivery and the newest change.
+    write_jsonl(
+        landing / "b.json",
+        [dbz("c", 2, T0 + 1000, pos=200, name="bob"), dbz("u", 3, T0 + 4000, pos=500, name="cy")],
+    )
+    together = _together_and_alone(spark, tmp_path, landing, [T0 + 1500, T0 + 2500, T0 + 3500, T0 + 9000])
+    assert _one_fold(caplog)
+    assert [m["rows"] for m in together] == [2, 2, 1, 1]
+    assert [m["events"]["duplicates"] for m in together] == [1, 1, 1, 1]
+    assert [m["tables"]["db.shop"]["deletes_of_unknown_key"] for m in together] == [0, 0, 1, 1]
+    assert rows_of(spark, together[-1]["tables"]["db.shop"]["path"]) == [{"id": 3, "name": "cy"}]
+
+
+def test_event_times_running_backwards_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    # Position 200 comes after position 100 but carries an earlier time: AS OF T0+2s sees only it.
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0 + 3000, pos=100, name="later in time"),
+            dbz("u", 1, T0 + 1000, pos=200, name="newer"),
+        ],
+    )
+    together = _together_and_alone(spark, tmp_path, landing.parent, [T0 + 2000, T0 + 4000])
+    assert not _one_fold(caplog)
+    assert "event times run backwards across AS OFs" in caplog.text
+    assert [rows_of(spark, m["tables"]["db.shop"]["path"]) for m in together] == [
+        [{"id": 1, "name": "newer"}],
+        [{"id": 1, "name": "newer"}],
+    ]
+    assert [m["tables"]["db.shop"]["updates_of_unknown_key"] for m in together] == [1, 0]
+
+
+def test_a_truncate_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [dbz("c", 1, T0, name="ann"), dbz_truncate(T0 + 2000), dbz("c", 2, T0 + 3000, name="bob")],
+    )
+    together = _together_and_alone(spark, tmp_path, landing.parent, [T0 + 1000, T0 + 2500, T0 + 4000])
+    assert "truncates or column drops" in caplog.text
+    assert [m["rows"] for m in together] == [1, 0, 1]

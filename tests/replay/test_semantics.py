@@ -26,6 +26,17 @@ def dbz(op, row_id, ts, *, before=None, pos=None, table="shop", **values):
     }
 
 
+def dbz_truncate(ts, *, table="shop"):
+    """A Debezium truncate of db.<table>."""
+    return {
+        "op": "t",
+        "ts_ms": ts + 5,
+        "before": None,
+        "after": None,
+        "source": {"db": "db", "table": table, "ts_ms": ts},
+    }
+
+
 def test_order_is_by_position_never_by_file_names(replay, tmp_path):
     # File names sort against time: the newest change lands in the first-listed file.
     write_jsonl(tmp_path / "in" / "a.json", [dbz("u", 1, T0 + 3000, name="third")])
@@ -148,13 +159,7 @@ def test_as_of_equal_to_the_event_time_includes_it(replay, tmp_path):
 
 
 def test_truncate_empties_the_table_from_that_point(replay, tmp_path):
-    truncate = {
-        "op": "t",
-        "ts_ms": T0 + 2005,
-        "before": None,
-        "after": None,
-        "source": {"db": "db", "table": "shop", "ts_ms": T0 + 2000},
-    }
+    truncate = dbz_truncate(T0 + 2000)
     write_jsonl(
         tmp_path / "in" / "a.json",
         [

@@ -8,7 +8,7 @@ from tests.conftest import assert_events_add_up, write_jsonl
 from tests.formats.test_maxwell import T as MAXWELL_T
 from tests.formats.test_maxwell import rec as maxwell
 from tests.formats.test_shareplex import rec as shareplex
-from tests.replay.test_semantics import T0, dbz
+from tests.replay.test_semantics import T0, dbz, dbz_truncate
 
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 
@@ -72,13 +72,7 @@ def test_a_transaction_applies_whole_at_the_time_of_its_last_event(replay, tmp_p
 
 def test_a_truncate_applies_with_its_transaction(replay, tmp_path):
     # The truncate and the reload of the table are one transaction; AS OF falls between them.
-    truncate = {
-        "op": "t",
-        "ts_ms": T0 + 1005,
-        "before": None,
-        "after": None,
-        "source": {"db": "db", "table": "shop", "ts_ms": T0 + 1000},
-    }
+    truncate = dbz_truncate(T0 + 1000)
     landing = write_jsonl(
         tmp_path / "in" / "a.json",
         [
