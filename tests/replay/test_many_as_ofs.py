@@ -233,3 +233,18 @@ def test_a_truncate_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
     together = _together_and_alone(spark, tmp_path, landing.parent, [T0 + 1000, T0 + 2500, T0 + 4000])
     assert "truncates or column drops" in caplog.text
     assert [m["rows"] for m in together] == [1, 0, 1]
+
+
+def test_whole_transactions_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
+    from tests.replay.test_whole_transactions import transfer_landing
+
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    landing = transfer_landing(tmp_path / "in" / "a.json")
+    together = _together_and_alone(
+        spark, tmp_path, landing.parent, [T0 + 2000, T0 + 3000], whole_transactions=True
+    )
+    assert not _one_fold(caplog)
+    assert [m["transactions"] for m in together] == [
+        {"whole": True, "held_back": 1, "events_held_back": 1},
+        {"whole": True, "held_back": 0, "events_held_back": 0},
+    ]
