@@ -12,8 +12,8 @@ Non-row records travel through the same aggregation under group tags, so one shu
 yields the snapshot, the quarantine and every count; a table's DDL events (one group) also
 yield the columns it added and dropped before AS OF (``ddl_changes``).
 
-Several AS OFs share one fold where they can (``fold_buckets``, ``fold_at``): the same aggregation,
-also grouped by the AS OF an event first applies at, combined per AS OF.
+Several AS OFs share one fold where they can (``fold_buckets``, ``fold_spans``): the same
+aggregation, also grouped by the AS OF an event first applies at, turned into spans of AS OFs.
 """
 
 from __future__ import annotations
@@ -429,7 +429,7 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
 def _fold_aggregates(
     keyed: DataFrame, changes: DataFrame | None, partial_images: bool, extra: bool = False
 ) -> tuple[DataFrame, list[Expr]]:
-    """The fold's flagged events and its aggregations; ``extra``: also what ``fold_at`` combines by."""
+    """The fold's flagged events and its aggregations; ``extra``: also what ``fold_spans`` orders by."""
     applied = E.col("_applied")
     has_base = "_base" in keyed.columns
     from_base = E.col("_base") if has_base else E.lit(False)
@@ -552,8 +552,8 @@ def fold_buckets(staged: DataFrame, as_of_count: int) -> DataFrame:
 
     ``staged`` is ``clustered_for_fold`` output with two indexes into the AS OFs (sorted): ``VISIBLE``,
     the first one whose run reads the event's file, and ``BUCKET``, the first one it applies at
-    (``as_of_count``: none). ``fold_at`` combines the rows of one AS OF into exactly ``fold``'s result
-    for it, provided no group has an event that applies at an earlier AS OF than one before it in
+    (``as_of_count``: none). ``fold_spans`` turns the rows into exactly ``fold``'s result for each
+    AS OF, provided no group has an event that applies at an earlier AS OF than one before it in
     position order (``OUT_OF_ORDER`` counts them; the counting window assumes it).
     """
     is_change = E.col("kind") == KIND_CHANGE
@@ -576,7 +576,7 @@ def fold_spans(buckets: DataFrame, as_of_count: int) -> DataFrame:
     From ``fold_buckets``: a bucket row's state applies from its ``BUCKET`` on, and its events are
     read (counted) from its ``VISIBLE`` on. One window per group over those two kinds of points
     accumulates both; each distinct point starts a span, which lasts until the next one. A group
-    has no span before its first file is read, so ``fold_at`` is then a filter, not an aggregation.
+    has no span before its first file is read, so ``at_index`` is then a filter, not an aggregation.
     """
     kinds = E.when(E.col(VISIBLE) < E.col(BUCKET), E.array(E.lit(0), E.lit(1))).otherwise(E.array(E.lit(2)))
     points = buckets.select("*", F.explode(kinds.column()).alias("_kind"))
@@ -662,8 +662,7 @@ def with_buckets(events: DataFrame, as_ofs: Sequence[int], visible: DataFrame | 
         )
     else:
         events = events.withColumn(VISIBLE, F.lit(0))
-    own_time = E.coalesce(E.col("event_ms"), E.lit(0))
-    earlier = E.lit(0)
+    earlier = E.lit(0)  # how many AS OFs come before the event's own time
     for as_of_ms in as_ofs:
-        earlier = earlier + E.when(E.lit(as_of_ms) < own_time, E.lit(1)).otherwise(E.lit(0))
+        earlier = earlier + E.when(on_time(as_of_ms), E.lit(0)).otherwise(E.lit(1))
     return events.withColumn(BUCKET, E.greatest(earlier, E.col(VISIBLE)).column())

@@ -195,20 +195,30 @@ def test_values_that_could_inject_options_are_refused(field, value, message):
         SnapshotArgs.build(**{**GOOD, field: value})
 
 
-def _request_sent(monkeypatch, **arguments) -> SnapshotArgs:
-    """Run the operator with ``arguments``, stopping at the hook: the request it would submit."""
+def _executed(monkeypatch, written: list[dict], **arguments):
+    """Run the operator with ``arguments``, stopping at the hook, which returns ``written``.
+
+    Returns what ``execute`` returned, the request it would submit, the operator and the context.
+    """
     from collections import defaultdict
     from types import SimpleNamespace
 
     sent = []
-    metrics = {"output": "file:/o", "as_of": AS_OF, "rows": 0, "tables": {}}
-    monkeypatch.setattr(
-        CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or [metrics]
+    monkeypatch.setattr(CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or written)
+    operator = CdcSnapshotOperator(
+        **{"output_path": "/o", "as_of": AS_OF, "key_columns": ["id"], **arguments}
     )
-    operator = CdcSnapshotOperator(output_path="/o", as_of=AS_OF, key_columns=["id"], **arguments)
     context = {"outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))}
-    assert operator.execute(context) == metrics
+    returned = operator.execute(context)
     (request,) = sent
+    return returned, request, operator, context
+
+
+def _request_sent(monkeypatch, **arguments) -> SnapshotArgs:
+    """The request the operator would submit for ``arguments`` (one AS OF: its metrics are the XCom)."""
+    metrics = {"output": "file:/o", "as_of": AS_OF, "rows": 0, "tables": {}}
+    returned, request, _, _ = _executed(monkeypatch, [metrics], **arguments)
+    assert returned == metrics
     return request
 
 
@@ -533,8 +543,6 @@ def test_on_kill_stops_the_running_submission(tmp_path, landed):
 
 def test_a_list_of_as_ofs_returns_every_snapshots_metrics_and_lineage(monkeypatch):
     """One task, several AS OFs: the XCom, the asset event and OpenLineage name every folder written."""
-    from collections import defaultdict
-    from types import SimpleNamespace
 
     def metrics(day: str, rows: int) -> dict:
         return {
@@ -545,9 +553,9 @@ def test_a_list_of_as_ofs_returns_every_snapshots_metrics_and_lineage(monkeypatc
         }
 
     written = [metrics("2024-09-02", 3), metrics("2024-09-03", 4)]
-    sent = []
-    monkeypatch.setattr(CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or written)
-    operator = CdcSnapshotOperator(
+    returned, request, operator, context = _executed(
+        monkeypatch,
+        written,
         task_id="range",
         source_format="debezium-json",
         input_paths="/lake",
@@ -556,9 +564,7 @@ def test_a_list_of_as_ofs_returns_every_snapshots_metrics_and_lineage(monkeypatc
         key_columns="id",
     )
     assert operator.output_asset.uri == "file:///snap"
-    context = {"outlet_events": defaultdict(lambda: SimpleNamespace(extra={}))}
-    assert operator.execute(context) == written
-    (request,) = sent
+    assert returned == written
     assert request.snapshots() == [
         ("2024-09-02T00:00:00Z", "/snap/dt=2024-09-02"),
         ("2024-09-03T00:00:00Z", "/snap/dt=2024-09-03"),
