@@ -41,7 +41,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_cdc_provider.operators.snapshot"],
+                "python-modules": [
+                    "airflow_cdc_provider.operators.snapshot",
+                    "airflow_cdc_provider.operators.history",
+                ],
             }
         ],
         "sensors": [

@@ -38,6 +38,7 @@ def test_provider_entry_point_loads_and_lists_importable_modules():
     assert modules == [
         "airflow_cdc_provider.hooks.cdc_replay",
         "airflow_cdc_provider.operators.snapshot",
+        "airflow_cdc_provider.operators.history",
         "airflow_cdc_provider.sensors.landed_files",
         "airflow_cdc_provider.triggers.landed_files",
     ]

@@ -148,6 +148,7 @@ class SnapshotArgs:
     keep_state: bool = False
     whole_transactions: bool = False
     error_file: str | None = None  # where the job writes its own error for the operator to read
+    history: bool = False  # ``cdc-replay history``: as_of holds the one --until instant
 
     @classmethod
     def build(
@@ -171,6 +172,7 @@ class SnapshotArgs:
         keep_state: bool = False,
         whole_transactions: bool = False,
         error_file: str | os.PathLike | None = None,
+        history: bool = False,
     ) -> SnapshotArgs:
         """Validate loose operator values (a path or a list, datetime or text) into a request."""
         fmt = _checked("source_format", source_format)
@@ -185,8 +187,14 @@ class SnapshotArgs:
         if on_error not in ON_ERROR_CHOICES:
             raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
         as_ofs = normalise_as_ofs(as_of)
+        if history and len(as_ofs) != 1:
+            raise CdcJobArgumentError(f"a history takes one until instant, got {len(as_ofs)}")
         output = _checked("output_path", output_path)
         snapshot_folders(output, as_ofs)
+        if history and (base_path or keep_state):
+            raise CdcJobArgumentError(
+                "a history cannot be combined with base_path or keep_state: it is rebuilt from the landing"
+            )
         if len(as_ofs) > 1 and (base_path or keep_state):
             raise CdcJobArgumentError(
                 "several AS OFs cannot be combined with base_path or keep_state: each snapshot is "
@@ -209,15 +217,18 @@ class SnapshotArgs:
             keep_state=bool(keep_state),
             whole_transactions=bool(whole_transactions),
             error_file=_checked("error_file", error_file) if error_file else None,
+            history=bool(history),
         )
 
     def to_argv(self) -> list[str]:
-        """The job's argument list (``cdc-replay snapshot`` arguments without the word ``snapshot``)."""
-        args = ["--format", self.source_format]
+        """The job's argument list: ``cdc-replay snapshot`` arguments without the word ``snapshot``,
+        or ``history`` and its arguments."""
+        args = ["history"] if self.history else []
+        args += ["--format", self.source_format]
         for path in self.input_paths:
             args += ["--input", path]
         for as_of in self.as_of:
-            args += ["--as-of", as_of]
+            args += ["--until" if self.history else "--as-of", as_of]
         args += ["--output", self.output_path]
         for key in self.key_arguments:
             args += ["--key", key]
@@ -252,12 +263,13 @@ class SnapshotArgs:
     @classmethod
     def from_argv(cls, argv: Sequence[str]) -> SnapshotArgs:
         """The arguments back from a list ``to_argv`` wrote (or a user typed): the inverse of ``to_argv``."""
-        parser = argparse.ArgumentParser(prog="cdc-replay snapshot")
-        add_snapshot_arguments(parser)
-        return cls.from_namespace(parser.parse_args(list(argv)))
+        history = list(argv[:1]) == ["history"]
+        parser = argparse.ArgumentParser(prog="cdc-replay history" if history else "cdc-replay snapshot")
+        add_snapshot_arguments(parser, history=history)
+        return cls.from_namespace(parser.parse_args(list(argv[1:] if history else argv)), history=history)
 
     @classmethod
-    def from_namespace(cls, ns: argparse.Namespace) -> SnapshotArgs:
+    def from_namespace(cls, ns: argparse.Namespace, history: bool = False) -> SnapshotArgs:
         """From the options ``add_snapshot_arguments`` parsed; validated as an operator's values are."""
         return cls.build(
             source_format=ns.source_format,
@@ -274,10 +286,11 @@ class SnapshotArgs:
             partitions=ns.partitions,
             partition_timezone=ns.partition_timezone,
             lateness=ns.lateness,
-            base_path=ns.base,
-            keep_state=ns.keep_state,
+            base_path=getattr(ns, "base", None),
+            keep_state=getattr(ns, "keep_state", False),
             whole_transactions=ns.whole_transactions,
             error_file=ns.error_file,
+            history=history,
         ).with_key_arguments(ns.key)
 
     def snapshots(self) -> list[tuple[str, str]]:
@@ -291,8 +304,11 @@ class SnapshotArgs:
         return replace(self, key_arguments=tuple(_checked("--key", v) for v in values))
 
 
-def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool = False) -> None:
-    """The options of ``cdc-replay snapshot``, as ``SnapshotArgs`` reads and writes them."""
+def add_snapshot_arguments(
+    parser: argparse.ArgumentParser, *, with_master: bool = False, history: bool = False
+) -> None:
+    """The options of ``cdc-replay snapshot`` (``history``: of ``cdc-replay history``, ``--until``
+    in place of ``--as-of``, no ``--base``/``--keep-state``), as ``SnapshotArgs`` reads and writes them."""
     parser.add_argument(
         "--format",
         required=True,
@@ -309,19 +325,34 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool
         metavar="PATH",
         help="landed files: a file, a folder (read recursively) or a glob; repeatable",
     )
-    parser.add_argument(
-        "--as-of",
-        required=True,
-        action="append",
-        help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms; repeatable: one scan "
-        "writes a snapshot per AS OF",
-    )
-    parser.add_argument(
-        "--output",
-        required=True,
-        help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/; with several --as-of, "
-        "a pattern holding {as_of:FORMAT} (strftime, UTC), e.g. /lake/snap/dt={as_of:%%Y-%%m-%%d}",
-    )
+    if history:
+        parser.add_argument(
+            "--until",
+            required=True,
+            dest="as_of",
+            metavar="TIMESTAMP",
+            help="the versions up to this instant: ISO-8601 with offset or epoch ms",
+        )
+        parser.add_argument(
+            "--output",
+            required=True,
+            help="history folder: <table>/ Parquet (the table's columns, then _cdc_valid_from, "
+            "_cdc_valid_to, _cdc_op, _cdc_position), _cdc_metrics.json, _quarantine/",
+        )
+    else:
+        parser.add_argument(
+            "--as-of",
+            required=True,
+            action="append",
+            help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms; repeatable: one "
+            "scan writes a snapshot per AS OF",
+        )
+        parser.add_argument(
+            "--output",
+            required=True,
+            help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/; with several "
+            "--as-of, a pattern holding {as_of:FORMAT} (strftime, UTC), e.g. /lake/snap/dt={as_of:%%Y-%%m-%%d}",
+        )
     parser.add_argument(
         "--key",
         action="append",
@@ -384,6 +415,21 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool
         default=DEFAULT_LATENESS,
         help=f"how late an event may land after its time: 30m, 1h, 2d (default {DEFAULT_LATENESS})",
     )
+    if not history:
+        _add_incremental_arguments(parser)
+    parser.add_argument(
+        "--whole-transactions",
+        action="store_true",
+        help="apply a transaction whole or not at all: as of T only when its last event is at or before T "
+        "(formats whose records carry transaction ids)",
+    )
+    parser.add_argument(
+        "--error-file", help=argparse.SUPPRESS
+    )  # the operator reads the job's own error from here
+
+
+def _add_incremental_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--base`` and ``--keep-state``: a snapshot that starts from, or is kept for, another run."""
     parser.add_argument(
         "--base",
         metavar="DIR",
@@ -395,12 +441,3 @@ def add_snapshot_arguments(parser: argparse.ArgumentParser, *, with_master: bool
         action="store_true",
         help="also write _cdc_state/ so a later run can start from this snapshot (implied by --base)",
     )
-    parser.add_argument(
-        "--whole-transactions",
-        action="store_true",
-        help="apply a transaction whole or not at all: as of T only when its last event is at or before T "
-        "(formats whose records carry transaction ids)",
-    )
-    parser.add_argument(
-        "--error-file", help=argparse.SUPPRESS
-    )  # the operator reads the job's own error from here

@@ -1,4 +1,4 @@
-"""``cdc-replay``: the command line of the replay job (``snapshot`` and ``formats``).
+"""``cdc-replay``: the command line of the replay job (``snapshot``, ``history`` and ``formats``).
 
 The same argument parser serves the console script (an embedded ``local[*]`` master by default)
 and ``spark_app.py`` under spark-submit (the master comes from spark-submit), so the job contract
@@ -28,6 +28,11 @@ def build_parser(*, with_master: bool = True) -> argparse.ArgumentParser:
     add_snapshot_arguments(
         sub.add_parser("snapshot", help="rebuild snapshots as of a time"), with_master=with_master
     )
+    add_snapshot_arguments(
+        sub.add_parser("history", help="write every version of every row up to a time (SCD type 2)"),
+        with_master=with_master,
+        history=True,
+    )
     sub.add_parser("formats", help="list the source formats")
     return parser
 
@@ -48,15 +53,17 @@ def _write_error_file(path: str | None, exc: BaseException) -> None:
 
 
 def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
+    """``snapshot`` or ``history``: run the job, print its metrics, write its error for the operator."""
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
     from airflow_cdc_provider.jobs.session import build_session
-    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshots
+    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_history, run_snapshots
 
     try:
-        specs = SnapshotSpec.each_from_job_args(SnapshotArgs.from_namespace(args))
+        history = args.command == "history"
+        specs = SnapshotSpec.each_from_job_args(SnapshotArgs.from_namespace(args, history=history))
         get_decoder(specs[0].source_format)
         spark = build_session(master=master)
-        written = run_snapshots(spark, specs)
+        written = [run_history(spark, specs[0])] if history else run_snapshots(spark, specs)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line and an exit code
         _write_error_file(args.error_file, exc)
         logging.getLogger(__name__).debug("replay failed", exc_info=True)

@@ -98,6 +98,7 @@ class CdcSnapshotOperator(BaseOperator):
         "base_path",
     )
     ui_color = "#d6eaf8"
+    _history = False  # CdcHistoryOperator: the ``history`` job
 
     def __init__(
         self,
@@ -164,15 +165,20 @@ class CdcSnapshotOperator(BaseOperator):
             driver_log_level=self.driver_log_level,
         )
 
+    def _instants(self, context: Context) -> str | list[str]:
+        """The AS OF (or AS OFs) this run rebuilds, resolved against the run's data interval."""
+        if isinstance(self.as_of, (list, tuple)):
+            return [resolve_as_of(v, context) for v in self.as_of]
+        return resolve_as_of(self.as_of, context)
+
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
-        several = isinstance(self.as_of, (list, tuple))
+        instants = self._instants(context)
+        several = isinstance(instants, list)
         request = SnapshotArgs.build(
             source_format=self.source_format,
             input_paths=self.input_paths,
             output_path=self.output_path,
-            as_of=[resolve_as_of(v, context) for v in self.as_of]
-            if several
-            else resolve_as_of(self.as_of, context),
+            as_of=instants,
             key_columns=self.key_columns,
             tables=self.tables or None,
             table_columns=self.table_columns or None,
@@ -185,10 +191,17 @@ class CdcSnapshotOperator(BaseOperator):
             base_path=self.base_path or None,
             keep_state=self.keep_state,
             whole_transactions=self.whole_transactions,
+            history=self._history,
         )
         self._request = request
         for as_of, folder in request.snapshots():
-            self.log.info("Rebuilding snapshot as of %s into %s", as_of, folder)
+            self.log.info(
+                "Writing the history until %s into %s"
+                if self._history
+                else "Rebuilding snapshot as of %s into %s",
+                as_of,
+                folder,
+            )
         written = self.hook.run_snapshot(request)
         self._metrics = written
         extra = (

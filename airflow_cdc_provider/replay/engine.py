@@ -15,7 +15,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
@@ -68,7 +68,13 @@ from airflow_cdc_provider.replay.fold import (
     with_buckets,
     with_keys,
 )
-from airflow_cdc_provider.replay.metrics import build_metrics, group_counts, needs_table_changes
+from airflow_cdc_provider.replay.history import FROM_MS, TO_MS, VALID_FROM, VALID_TO, row_versions
+from airflow_cdc_provider.replay.metrics import (
+    build_metrics,
+    group_counts,
+    needs_table_changes,
+    with_versions,
+)
 from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.plan import (
     SKIPPED_IN_BASE,
@@ -80,7 +86,7 @@ from airflow_cdc_provider.replay.plan import (
     read_input,
     size_shuffles,
 )
-from airflow_cdc_provider.replay.resolve import resolve
+from airflow_cdc_provider.replay.resolve import carried_rows, resolve, with_table_changes
 from airflow_cdc_provider.replay.schemas import (
     SchemaInputs,
     key_columns_of,
@@ -123,16 +129,55 @@ def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
     )
 
 
-def _metadata_columns(last: F.Column) -> list[F.Column]:
-    position = F.when(
+def _position(last: F.Column) -> F.Column:
+    """``_cdc_position``: the source's log position, else ``file:line`` in the landing."""
+    return F.when(
         F.size(last["log_pos"]) > 0,
         F.array_join(F.transform(last["log_pos"], lambda p: p.cast("string")), ":"),
     ).otherwise(F.concat_ws(":", last["file"], last["line"].cast("string")))
+
+
+def _metadata_columns(last: F.Column) -> list[F.Column]:
     return [
         last["op"].alias("_cdc_op"),
         F.timestamp_millis(last["event_ms"]).alias("_cdc_event_ts"),
-        position.alias("_cdc_position"),
+        _position(last).alias("_cdc_position"),
     ]
+
+
+def _version_columns(last: F.Column, with_metadata: bool) -> list[F.Column]:
+    """A history's columns after the table's own (``--with-metadata`` adds the writer's own time)."""
+    columns = [
+        F.timestamp_millis(F.col(FROM_MS)).alias(VALID_FROM),
+        F.timestamp_millis(F.col(TO_MS)).alias(VALID_TO),
+        last["op"].alias("_cdc_op"),
+        _position(last).alias("_cdc_position"),
+    ]
+    if with_metadata:
+        columns.append(F.timestamp_millis(last["event_ms"]).alias("_cdc_event_ts"))
+    return columns
+
+
+def _typed_by_versions(groups: list, found: DataFrame) -> tuple[list, dict[str, int]]:
+    """``groups`` whose row shapes (value types, column orders) are those of every version, and
+    the number of versions per table: one query."""
+    shapes = {
+        r["table"]: r
+        for r in found.groupBy("table")
+        .agg(
+            F.count(F.lit(1)).alias("versions"),
+            F.schema_of_variant_agg(F.to_variant_object("image")).alias("row_schema"),
+            F.collect_set(F.map_keys("image")).alias("sequences"),
+        )
+        .collect()
+    }
+    typed = []
+    for g in groups:
+        if g["_tag"] == TAG_ROW and g["table"] in shapes:
+            shape = shapes[g["table"]]
+            g = Row(**{**g.asDict(), "row_schema": shape["row_schema"], "sequences": shape["sequences"]})
+        typed.append(g)
+    return typed, {table: r["versions"] for table, r in shapes.items()}
 
 
 def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
@@ -210,6 +255,25 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
             spans.unpersist()
 
 
+def run_history(spark: SparkSession, spec: SnapshotSpec) -> dict:
+    """Write every version of every row up to ``spec.as_of_ms`` (``--until``); return the metrics.
+
+    The events are decoded once and kept: the fold at ``--until`` gives the metrics, the
+    quarantine and the current rows, and ``history.row_versions`` reads the same events again.
+    """
+    if spec.writes_state:
+        raise ValueError("history cannot be combined with --base or --keep-state")
+    target = OutputTarget(spark, spec.output)
+    target.refuse_overlap(spec.inputs)
+    with target.exclusive():
+        listed, after = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
+        read = read_all(spark, spec, _decoding(spark, spec), listed, {SKIPPED_PARTITION: after}, None, None)
+        try:
+            return _rebuild(spark, spec, target, read, history=True)
+        finally:
+            read.events.unpersist()
+
+
 def _visible_from(spark: SparkSession, files: list[LandedFile], reads: list[set[str]]) -> DataFrame | None:
     """``file, _visible``: the first AS OF (index) that reads each file some AS OF leaves unread."""
     later = [(f.path, next(i for i, paths in enumerate(reads) if f.path in paths)) for f in files]
@@ -256,9 +320,11 @@ def _rebuild(
     target: OutputTarget,
     shared: Input | None = None,
     folded: tuple[DataFrame, list] | None = None,
+    history: bool = False,
 ) -> dict:
     """One snapshot; ``shared``: events decoded and kept by the caller (which releases them);
-    ``folded``: their resolved fold for this AS OF and its ``group_counts``, kept by the caller."""
+    ``folded``: their resolved fold for this AS OF and its ``group_counts``, kept by the caller;
+    ``history``: write each table's versions (``shared`` must be kept) instead of its rows."""
     decoder = get_decoder(spec.source_format)
     decode = _decoding(spark, spec)
     read = shared or read_input(spark, spec, decode, decoder.partial_images)
@@ -291,12 +357,27 @@ def _rebuild(
             result.resolved.unpersist()
             result.resolved = named
             groups = group_counts(named)
+    versions = _versions(spark, spec, read, result, decoder.partial_images) if history else None
     try:
-        return _write(spark, spec, target, read, result.resolved, groups)
+        return _write(spark, spec, target, read, result.resolved, groups, versions)
     finally:
         result.release()
+        if versions is not None:
+            versions.unpersist()
         if read.kept and read is not shared:
             read.events.unpersist()
+
+
+def _versions(
+    spark: SparkSession, spec: SnapshotSpec, read: Input, result, partial_images: bool
+) -> DataFrame:
+    """The run's versions (``history.row_versions``), line numbers filled in, materialised once."""
+    carries = None
+    if partial_images:
+        carries = carried_rows(with_table_changes(result.folded, result.changes))
+    found = row_versions(_select_tables(read.events, spec.tables), spec.as_of_ms, partial_images, carries)
+    shown = _with_split_lines(spark, read.files, found, quarantine=False, last=True)
+    return shown if shown is not found else found.localCheckpoint(eager=True)
 
 
 @dataclass
@@ -306,6 +387,7 @@ class _Folded:
     resolved: DataFrame
     folded: DataFrame
     kept: list[DataFrame]
+    changes: DataFrame | None = None  # table_changes of kept events
 
     def release(self) -> None:
         for frame in (self.resolved, *self.kept):
@@ -324,6 +406,7 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
     size_shuffles(spark, read.files)
     kept: list[DataFrame] = []
     folded_ref: list[DataFrame] = []
+    changes_ref: list[DataFrame] = []
 
     def build(files: list[LandedFile]) -> DataFrame:
         if not read.kept and files != read.files:  # a salvaging retry leaves out a damaged file
@@ -340,6 +423,7 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
             # Tiny (truncates and column drops only), read by the fold and by resolve: computed once.
             changes = table_changes(events, spec.as_of_ms).localCheckpoint(eager=True)
             kept.append(changes)
+            changes_ref[:] = [changes]
         folded = fold(keyed, changes, partial_images)
         if partial_images:
             folded = folded.localCheckpoint(eager=True)
@@ -355,7 +439,7 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
         resolved = build(read.files).localCheckpoint(eager=True)
     else:
         resolved, read.files = checkpoint_salvaging(spark, read.files, build)
-    return _Folded(resolved, folded_ref[0], kept)
+    return _Folded(resolved, folded_ref[0], kept, changes_ref[0] if changes_ref else None)
 
 
 def _cut_short_tails(spark: SparkSession, files: list[LandedFile], resolved: DataFrame) -> DataFrame | None:
@@ -434,7 +518,13 @@ def _with_split_lines(
 
 
 def _write(
-    spark, spec: SnapshotSpec, target: OutputTarget, read: Input, resolved: DataFrame, groups: list
+    spark,
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    read: Input,
+    resolved: DataFrame,
+    groups: list,
+    versions: DataFrame | None = None,
 ) -> dict:
     keyless = sorted({g["table"] for g in groups if g["_tag"] == TAG_NO_KEY})
     if keyless:
@@ -451,7 +541,7 @@ def _write(
         last=spec.with_metadata or spec.writes_state,
     )
     try:
-        return _write_shown(spark, spec, target, read, shown, groups, quarantine_count)
+        return _write_shown(spark, spec, target, read, shown, groups, quarantine_count, versions)
     finally:
         if shown is not resolved:
             shown.unpersist()
@@ -465,7 +555,9 @@ def _write_shown(
     resolved: DataFrame,
     groups: list,
     quarantine_count: int,
+    versions: DataFrame | None = None,
 ) -> dict:
+    """Write the tables (each one's rows, or its ``versions`` for a history), quarantine, metrics."""
     events = read.events
     quarantined = resolved.where(F.col("_tag") == TAG_QUARANTINED)
     if spec.on_error == "fail" and quarantine_count:
@@ -508,6 +600,10 @@ def _write_shown(
             ],
             dropped={t: set(info["dropped"]) for t, info in base_tables.items()},
         )
+    version_counts: dict[str, int] = {}
+    if versions is not None:
+        # A history's tables are typed from every version, not only the current rows.
+        groups, version_counts = _typed_by_versions(groups, versions)
     typing_inputs = schema_inputs(resolved, groups, base_inputs)
     key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(groups)
     schemas = table_schemas(groups, tables, first_seen, key_columns, typing_inputs)
@@ -516,12 +612,14 @@ def _write_shown(
         columns = schemas[table].columns
         image = F.col("image")
         select = [typed_value(image, col, t).alias(col) for col, t in columns.items()]
-        if spec.with_metadata:
-            select += _metadata_columns(F.col("last"))
-        snapshot = resolved.where(
-            (F.col("_tag") == TAG_ROW) & (F.col("table") == table) & F.col("exists")
-        ).select(*select)
-        snapshot.write.mode("overwrite").parquet(target.staging_uri(table))
+        if versions is not None:
+            rows = versions.where(F.col("table") == table)
+            select += _version_columns(F.col("last"), spec.with_metadata)
+        else:
+            rows = resolved.where((F.col("_tag") == TAG_ROW) & (F.col("table") == table) & F.col("exists"))
+            if spec.with_metadata:
+                select += _metadata_columns(F.col("last"))
+        rows.select(*select).write.mode("overwrite").parquet(target.staging_uri(table))
         table_paths[table] = target.final_uri(table)
 
     if quarantine_count:
@@ -538,6 +636,8 @@ def _write_shown(
         )
 
     metrics = build_metrics(spec, target, groups, table_paths, read, quarantine_count)
+    if versions is not None:
+        metrics = with_versions(metrics, version_counts)
     if spec.writes_state:
         _write_state(spec, target, read, resolved, typing_inputs, key_columns, metrics)
     target.write_metrics(metrics)

@@ -93,6 +93,19 @@ def ordering() -> Expr:
     )
 
 
+def event_meta() -> Expr:
+    """What ``--with-metadata`` (and a history's versions) say about the event that wrote a row."""
+    return E.struct(
+        E.col("op"),
+        E.col("event_ms"),
+        E.col("log_pos"),
+        E.nullif(E.col("file"), E.lit("")).alias("file"),  # base rows without a file carry ""
+        E.col("line"),
+        E.col("file_pos"),
+        E.col("sub_pos"),
+    )
+
+
 def content_hash() -> Expr:
     """Identity of an exact duplicate: same table, same position, same record as landed."""
     return E.xxhash64("table", "log_pos", "event_ms", "raw", "sub_pos")
@@ -441,15 +454,7 @@ def _fold_aggregates(
     reset = applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & ~E.col("_moved_away")
     ord_ = ordering()
     file = E.nullif(E.col("file"), E.lit(""))  # base rows without a file carry ""
-    last_meta = E.struct(
-        E.col("op"),
-        E.col("event_ms"),
-        E.col("log_pos"),
-        file.alias("file"),
-        E.col("line"),
-        E.col("file_pos"),
-        E.col("sub_pos"),
-    )
+    last_meta = event_meta()
     # Events kept by ``clustered_for_fold`` carry the hash their partitioning and sort are built on.
     hashed = (
         keyed if "_group_hash" in keyed.columns else keyed.withColumn("_group_hash", _group_hash().column())

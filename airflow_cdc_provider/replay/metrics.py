@@ -180,3 +180,20 @@ def build_metrics(
     if read.incremental is not None:
         metrics["incremental"] = read.incremental
     return metrics
+
+
+def with_versions(metrics: dict, versions: dict[str, int]) -> dict:
+    """A history's metrics: ``versions`` beside ``rows`` (the current versions), per table and in all."""
+    out = {}
+    for name, value in metrics.items():
+        out[name] = value
+        if name == "rows":
+            out["versions"] = sum(versions.values())
+    for table, entry in metrics["tables"].items():
+        entry_out = {}
+        for name, value in entry.items():
+            entry_out[name] = value
+            if name == "rows":
+                entry_out["versions"] = versions.get(table, 0)
+        out["tables"][table] = entry_out
+    return out

@@ -17,7 +17,7 @@ from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import TAG_ROW
 
 
-def _by_ord(left: Expr, right: Expr) -> Expr:
+def by_ord(left: Expr, right: Expr) -> Expr:
     return (
         E.when(left["ord"] < right["ord"], E.lit(-1))
         .when(left["ord"] > right["ord"], E.lit(1))
@@ -25,7 +25,7 @@ def _by_ord(left: Expr, right: Expr) -> Expr:
     )
 
 
-def _merged_image(base_image: Expr, base_ord: Expr, later: Expr, drops: Expr) -> Expr:
+def merged_image(base_image: Expr, base_ord: Expr, later: Expr, drops: Expr) -> Expr:
     """The base image with the later partial images laid over it in order: latest writer wins.
 
     A partial image that arrives with a ``base`` (the row carried over from its old key by a key
@@ -113,8 +113,8 @@ def _state_before(
             ).alias("base"),
         ),
     )
-    later = E.array_sort(with_base, _by_ord)
-    image = _merged_image(base_image, base_ord, later, E.col("drops"))
+    later = E.array_sort(with_base, by_ord)
+    image = merged_image(base_image, base_ord, later, E.col("drops"))
     known = ~(reset.isNotNull() & ~reset_in)
     return base_exists | (E.size(later) > 0), image, known
 
@@ -148,6 +148,20 @@ def carried_rows(rows: DataFrame) -> DataFrame:
     )
 
 
+def with_table_changes(folded: DataFrame, changes: DataFrame | None) -> DataFrame:
+    """``folded`` with its table's ``truncs`` and ``drops`` (``table_changes``; null when None)."""
+    if changes is not None:
+        return folded.join(F.broadcast(changes), on="table", how="left")
+    ord_type = folded.schema["reset"].dataType["ord"].dataType
+    return folded.select(
+        "*",
+        *E.columns(
+            E.null(ArrayType(ord_type)).alias("truncs"),
+            E.null(folded.schema["ddl_changes"].dataType).alias("drops"),
+        ),
+    )
+
+
 def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = False) -> DataFrame:
     """Per row group: ``exists`` and the final ``image`` (other tags pass through).
 
@@ -155,17 +169,7 @@ def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = Fa
     was applied. ``carry_moves``: the format has partial images, so key changes may need the old
     key's row (``folded`` is then read twice: pass a persisted one).
     """
-    if changes is not None:
-        rows = folded.join(F.broadcast(changes), on="table", how="left")
-    else:
-        ord_type = folded.schema["reset"].dataType["ord"].dataType
-        rows = folded.select(
-            "*",
-            *E.columns(
-                E.null(ArrayType(ord_type)).alias("truncs"),
-                E.null(folded.schema["ddl_changes"].dataType).alias("drops"),
-            ),
-        )
+    rows = with_table_changes(folded, changes)
     if carry_moves:
         rows = rows.join(carried_rows(rows), on=["table", "_key"], how="left")
         exists, image, _ = _state_before(None, E.col("carries"))

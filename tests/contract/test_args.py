@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 
 import pytest
 
@@ -34,8 +34,35 @@ EVERY_OPTION = SnapshotArgs(
 
 def test_every_option_round_trips():
     optional = [f for f in fields(SnapshotArgs) if f.default is not MISSING]
-    assert [f.name for f in optional if getattr(EVERY_OPTION, f.name) == f.default] == []  # every option set
+    # Every option set (a history is the other command: its own round trip below).
+    assert [f.name for f in optional if getattr(EVERY_OPTION, f.name) == f.default] == ["history"]
     assert SnapshotArgs.from_argv(EVERY_OPTION.to_argv()) == EVERY_OPTION
+
+
+def test_every_history_option_round_trips():
+    history = replace(EVERY_OPTION, history=True, base_path=None, keep_state=False)
+    argv = history.to_argv()
+    assert argv[:1] == ["history"] and argv[argv.index("--until") + 1] == "2024-09-02T06:40:00+00:00"
+    assert "--as-of" not in argv
+    assert SnapshotArgs.from_argv(argv) == history
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"as_of": [0, 1]}, "a history takes one until instant, got 2"),
+        ({"as_of": 0, "keep_state": True}, "a history cannot be combined with base_path or keep_state"),
+    ],
+)
+def test_a_history_refuses(options, message):
+    with pytest.raises(CdcJobArgumentError, match=message):
+        SnapshotArgs.build(
+            source_format="debezium-json",
+            input_paths="/in",
+            output_path="/o/{as_of:%H}",
+            history=True,
+            **options,
+        )
 
 
 def test_defaults_round_trip_and_stay_off_the_argument_list():

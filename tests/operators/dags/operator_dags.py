@@ -11,6 +11,7 @@ from airflow.sdk import DAG
 
 from tests.dag_callbacks import record_exception, record_lineage
 
+from airflow_cdc_provider.operators.history import CdcHistoryOperator
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
 
 PARAMS = {
@@ -22,6 +23,17 @@ PARAMS = {
     "report_file": "",
     "lineage_file": "",
 }
+
+
+def _test_dag(dag_id: str) -> DAG:
+    return DAG(
+        dag_id=dag_id,
+        schedule=None,
+        start_date=pendulum.datetime(2024, 9, 1, tz="UTC"),
+        catchup=False,
+        params=PARAMS,
+        render_template_as_native_obj=True,
+    )
 
 
 def _snapshot_task(conn_id: str) -> CdcSnapshotOperator:
@@ -39,22 +51,19 @@ def _snapshot_task(conn_id: str) -> CdcSnapshotOperator:
     )
 
 
-with DAG(
-    dag_id="cdc_operator_test",
-    schedule=None,
-    start_date=pendulum.datetime(2024, 9, 1, tz="UTC"),
-    catchup=False,
-    params=PARAMS,
-    render_template_as_native_obj=True,
-):
+with _test_dag("cdc_operator_test"):
     _snapshot_task("spark_default")
 
-with DAG(
-    dag_id="cdc_operator_missing_conn",
-    schedule=None,
-    start_date=pendulum.datetime(2024, 9, 1, tz="UTC"),
-    catchup=False,
-    params=PARAMS,
-    render_template_as_native_obj=True,
-):
+with _test_dag("cdc_operator_missing_conn"):
     _snapshot_task("cdc_test_connection_that_does_not_exist")
+
+with _test_dag("cdc_history_test"):
+    CdcHistoryOperator(
+        task_id="history",
+        source_format="debezium-json",
+        input_paths="{{ params.inputs }}",
+        output_path="{{ params.output }}",
+        until="{{ params.as_of }}",
+        key_columns="{{ params.key }}",
+        on_failure_callback=record_exception,
+    )
