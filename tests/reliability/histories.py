@@ -545,7 +545,7 @@ def fold_history(
     return rows, counts
 
 
-def _before_images(changes: list[Change]) -> list[dict | None]:
+def before_images(changes: list[Change]) -> list[dict | None]:
     """The row each change finds (in position order, whatever AS OF): what before images carry."""
     state: dict[int, dict] = {}
     out = []
@@ -586,7 +586,7 @@ def land(
 ) -> Expected:
     """Write ``changes`` of table ``history`` in ``encoder``'s format with faults; return what they must give."""
     table = history
-    befores = _before_images(changes)
+    befores = before_images(changes)
     lines: list[Line] = list(encoder.preamble(table))
     for change, before in zip(changes, befores):
         lines.extend(encoder.write(table, change, before))
