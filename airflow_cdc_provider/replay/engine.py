@@ -49,6 +49,8 @@ from airflow_cdc_provider.replay.base_state import (
 from airflow_cdc_provider.replay.fold import (
     BUCKET,
     OUT_OF_ORDER,
+    SPAN_FROM,
+    SPAN_TO,
     TAG_NO_KEY,
     TAG_QUARANTINED,
     TAG_ROW,
@@ -61,7 +63,6 @@ from airflow_cdc_provider.replay.fold import (
     fold_spans,
     keyed_events,
     ordering,
-    per_index,
     span_rows,
     staged_events,
     table_changes,
@@ -73,6 +74,7 @@ from airflow_cdc_provider.replay.metrics import (
     build_metrics,
     group_counts,
     needs_table_changes,
+    span_group_counts,
     with_versions,
 )
 from airflow_cdc_provider.replay.output import OutputTarget
@@ -88,6 +90,7 @@ from airflow_cdc_provider.replay.plan import (
 )
 from airflow_cdc_provider.replay.resolve import carried_rows, resolve, with_table_changes
 from airflow_cdc_provider.replay.schemas import (
+    SchemaDriftError,
     SchemaInputs,
     key_columns_of,
     schema_inputs,
@@ -233,11 +236,15 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
         # Resolved once: a span's row is the same whichever AS OF reads it. The counts of every
         # AS OF come from one query.
         spans = resolve(span_rows(spans), None).persist()
-        by_index = group_counts(per_index(spans, "_index"), by=("_index",))
+        by_index = span_group_counts(spans, SPAN_FROM, SPAN_TO, "_index")
         groups = [[g for g in by_index if g["_index"] == i] for i in range(len(specs))]
     # Each AS OF's own fold does not read the AS OF indexes (dropping columns keeps the clustering).
     kept = events if spans is not None else events.drop(BUCKET, VISIBLE)
+    prewritten: list[dict] = [{} for _ in specs]
     try:
+        if spans is not None and not first.with_metadata:
+            typing = Input(kept, decoded, {}, None, None)
+            prewritten = _write_tables_once(specs, targets, order, spans, groups, typing)
         metrics = []
         for k, (spec, target) in enumerate(zip(specs, targets)):
             index = order.index(k)
@@ -247,12 +254,60 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
             read = Input(own, files, {SKIPPED_PARTITION: unread}, None, None)
             folded = (at_index(spans, index), groups[index]) if spans is not None else None
             with target.exclusive():
-                metrics.append(_rebuild(spark, spec, target, read, folded))
+                metrics.append(_rebuild(spark, spec, target, read, folded, prewritten=prewritten[k]))
         return metrics
     finally:
         events.unpersist()
         if spans is not None:
             spans.unpersist()
+            targets[0].remove_scratch()
+
+
+def _write_tables_once(
+    specs: Sequence[SnapshotSpec],
+    targets: list[OutputTarget],
+    order: list[int],
+    rows: DataFrame,
+    groups: list[list],
+    typing: Input,
+) -> list[dict[str, tuple[str, tuple]]]:
+    """Every AS OF's tables from ``rows`` (``span_rows``, resolved) in one partitioned write per table.
+
+    Written beside the first output, one folder per AS OF index; each AS OF's run moves its own
+    in (``_write_shown``'s ``prewritten``), so the writes stay those of a run alone: same columns,
+    same types, same rows. AS OFs whose table schemas differ get a write each. Returns, per spec,
+    ``{table: (folder, columns)}``; empty when the outputs lie on different file systems.
+    """
+    scratch = targets[0].scratch_uri()
+    if any(t.fs.getUri() != targets[0].fs.getUri() for t in targets):
+        return [{} for _ in specs]
+    layouts: dict[tuple[str, tuple], list[int]] = {}
+    for index in range(len(specs)):
+        try:
+            tables, schemas, _, _ = _table_typing(typing, at_index(rows, index), groups[index])
+        except SchemaDriftError:
+            continue  # that AS OF's own run fails with it, after the snapshots before it are written
+        for table in tables:
+            layouts.setdefault((table, tuple(schemas[table].columns.items())), []).append(index)
+    written: list[dict[str, tuple[str, tuple]]] = [{} for _ in specs]
+    for n, ((table, columns), indexes) in enumerate(sorted(layouts.items())):
+        held = rows.where(
+            (F.col("_tag") == TAG_ROW)
+            & (F.col("table") == table)
+            & F.col("exists")
+            & (F.col(SPAN_FROM) <= max(indexes))
+            & (F.col(SPAN_TO) > min(indexes))
+        )
+        exploded = held.select(
+            "*", F.explode(F.sequence(F.col(SPAN_FROM), F.col(SPAN_TO) - 1)).alias("_index")
+        ).where(F.col("_index").isin(indexes))
+        image = F.col("image")
+        typed = [typed_value(image, col, t).alias(col) for col, t in columns]
+        folder = f"{scratch}/{n}"
+        exploded.select(*typed, "_index").write.partitionBy("_index").parquet(folder)
+        for index in indexes:
+            written[order[index]][table] = (f"{folder}/_index={index}", columns)
+    return written
 
 
 def run_history(spark: SparkSession, spec: SnapshotSpec) -> dict:
@@ -321,10 +376,12 @@ def _rebuild(
     shared: Input | None = None,
     folded: tuple[DataFrame, list] | None = None,
     history: bool = False,
+    prewritten: dict[str, tuple[str, tuple]] | None = None,
 ) -> dict:
     """One snapshot; ``shared``: events decoded and kept by the caller (which releases them);
     ``folded``: their resolved fold for this AS OF and its ``group_counts``, kept by the caller;
-    ``history``: write each table's versions (``shared`` must be kept) instead of its rows."""
+    ``history``: write each table's versions (``shared`` must be kept) instead of its rows;
+    ``prewritten``: tables the caller already wrote for this run (``_write_tables_once``)."""
     decoder = get_decoder(spec.source_format)
     decode = _decoding(spark, spec)
     read = shared or read_input(spark, spec, decode, decoder.partial_images)
@@ -359,7 +416,7 @@ def _rebuild(
             groups = group_counts(named)
     versions = _versions(spark, spec, read, result, decoder.partial_images) if history else None
     try:
-        return _write(spark, spec, target, read, result.resolved, groups, versions)
+        return _write(spark, spec, target, read, result.resolved, groups, versions, prewritten)
     finally:
         result.release()
         if versions is not None:
@@ -525,6 +582,7 @@ def _write(
     resolved: DataFrame,
     groups: list,
     versions: DataFrame | None = None,
+    prewritten: dict[str, tuple[str, tuple]] | None = None,
 ) -> dict:
     keyless = sorted({g["table"] for g in groups if g["_tag"] == TAG_NO_KEY})
     if keyless:
@@ -541,32 +599,17 @@ def _write(
         last=spec.with_metadata or spec.writes_state,
     )
     try:
-        return _write_shown(spark, spec, target, read, shown, groups, quarantine_count, versions)
+        return _write_shown(spark, spec, target, read, shown, groups, quarantine_count, versions, prewritten)
     finally:
         if shown is not resolved:
             shown.unpersist()
 
 
-def _write_shown(
-    spark,
-    spec: SnapshotSpec,
-    target: OutputTarget,
-    read: Input,
-    resolved: DataFrame,
-    groups: list,
-    quarantine_count: int,
-    versions: DataFrame | None = None,
-) -> dict:
-    """Write the tables (each one's rows, or its ``versions`` for a history), quarantine, metrics."""
+def _table_typing(
+    read: Input, resolved: DataFrame, groups: list
+) -> tuple[list[str], dict, SchemaInputs, dict]:
+    """The run's tables, their schemas, what typed them and their key columns (``table_schemas``)."""
     events = read.events
-    quarantined = resolved.where(F.col("_tag") == TAG_QUARANTINED)
-    if spec.on_error == "fail" and quarantine_count:
-        first = quarantined.select("first.*").orderBy("file", "file_pos", "sub_pos").first()
-        raise QuarantineError(
-            f"cannot decode {position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
-            f"{first['reason']} (--on-error fail; rerun with --on-error quarantine to set such records aside)"
-        )
-
     base_tables = read.base.tables if read.base is not None else {}
     tables = sorted(
         {g["table"] for g in groups if g["_tag"] in (TAG_ROW, TAG_TRUNCATE) and g["table"]} | set(base_tables)
@@ -600,16 +643,48 @@ def _write_shown(
             ],
             dropped={t: set(info["dropped"]) for t, info in base_tables.items()},
         )
+    typing_inputs = schema_inputs(resolved, groups, base_inputs)
+    key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(groups)
+    schemas = table_schemas(groups, tables, first_seen, key_columns, typing_inputs)
+    return tables, schemas, typing_inputs, key_columns
+
+
+def _write_shown(
+    spark,
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    read: Input,
+    resolved: DataFrame,
+    groups: list,
+    quarantine_count: int,
+    versions: DataFrame | None = None,
+    prewritten: dict[str, tuple[str, tuple]] | None = None,
+) -> dict:
+    """Write the tables (each one's rows, or its ``versions`` for a history), quarantine, metrics.
+
+    ``prewritten``: tables already written elsewhere (``_write_tables_once``), as (folder, columns):
+    moved in instead of written when they have this run's columns.
+    """
+    quarantined = resolved.where(F.col("_tag") == TAG_QUARANTINED)
+    if spec.on_error == "fail" and quarantine_count:
+        first = quarantined.select("first.*").orderBy("file", "file_pos", "sub_pos").first()
+        raise QuarantineError(
+            f"cannot decode {position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
+            f"{first['reason']} (--on-error fail; rerun with --on-error quarantine to set such records aside)"
+        )
+
     version_counts: dict[str, int] = {}
     if versions is not None:
         # A history's tables are typed from every version, not only the current rows.
         groups, version_counts = _typed_by_versions(groups, versions)
-    typing_inputs = schema_inputs(resolved, groups, base_inputs)
-    key_columns = {t: info["key_columns"] for t, info in base_tables.items()} | key_columns_of(groups)
-    schemas = table_schemas(groups, tables, first_seen, key_columns, typing_inputs)
+    tables, schemas, typing_inputs, key_columns = _table_typing(read, resolved, groups)
     table_paths: dict[str, str] = {}
     for table in tables:
         columns = schemas[table].columns
+        table_paths[table] = target.final_uri(table)
+        written, written_columns = (prewritten or {}).get(table, (None, None))
+        if written is not None and written_columns == tuple(columns.items()) and target.adopt(table, written):
+            continue
         image = F.col("image")
         select = [typed_value(image, col, t).alias(col) for col, t in columns.items()]
         if versions is not None:
@@ -620,7 +695,6 @@ def _write_shown(
             if spec.with_metadata:
                 select += _metadata_columns(F.col("last"))
         rows.select(*select).write.mode("overwrite").parquet(target.staging_uri(table))
-        table_paths[table] = target.final_uri(table)
 
     if quarantine_count:
         quarantined.select(

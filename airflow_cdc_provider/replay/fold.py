@@ -649,12 +649,6 @@ def at_index(rows: DataFrame, index: int) -> DataFrame:
     return rows.where(current.column()).drop(SPAN_FROM, SPAN_TO)
 
 
-def per_index(rows: DataFrame, name: str) -> DataFrame:
-    """``rows`` repeated for every AS OF index they hold at, in column ``name``."""
-    indexes = E.sequence(E.col(SPAN_FROM), E.col(SPAN_TO) - 1)
-    return rows.select("*", F.explode(indexes.column()).alias(name)).drop(SPAN_FROM, SPAN_TO)
-
-
 def with_buckets(events: DataFrame, as_ofs: Sequence[int], visible: DataFrame | None) -> DataFrame:
     """``events`` with ``VISIBLE`` and ``BUCKET`` for the AS OFs ``as_ofs`` (sorted) of ``fold_buckets``.
 

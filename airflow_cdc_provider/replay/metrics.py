@@ -6,10 +6,12 @@ import logging
 from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
 from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import (
     COUNTS,
     TAG_IGNORED,
@@ -27,37 +29,84 @@ log = logging.getLogger(__name__)
 HELD_BACK_COUNTS = ("held_back", "held_back_transactions")
 
 
-def group_counts(resolved: DataFrame, by: tuple[str, ...] = ()) -> list:
+def group_counts(resolved: DataFrame) -> list:
     """One small row per (table, tag, reason): everything the metrics need, in one Spark query.
 
     The same rows carry what typing needs (declared signatures, key names, the final rows' value
-    types and column orders), so typing takes no query of its own. ``by``: columns that split the
-    rows further (several AS OFs: the AS OF's index).
+    types and column orders), so typing takes no query of its own.
     """
-    c = E.col("counts")
     listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
     final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
     held_back = [E.sum(name).alias(name) for name in HELD_BACK_COUNTS if name in resolved.columns]
     return (
-        resolved.groupBy(*by, "table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
+        resolved.groupBy("table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
         .agg(
             *E.columns(
-                E.sum("n").alias("n"),
-                E.sum("after_as_of").alias("after_as_of"),
-                E.sum("unpositioned").alias("unpositioned"),
+                *_group_aggregates(),
                 *held_back,
-                E.sum(E.col("exists").cast("long")).alias("rows"),
-                *[E.sum(c[name]).alias(name) for name in COUNTS],
-                E.max("last_event_ms").alias("last_event_ms"),
-                # Distinct per-key signature sets: one per schema version, however many keys.
-                E.collect_set(E.when(E.col("_tag").isin(TAG_ROW, TAG_IGNORED), E.col("type_sigs"))).alias(
-                    "type_sigs"
-                ),
-                E.first(E.when(E.col("_tag") == TAG_ROW, E.col("key_names")), True).alias("key_names"),
-                E.sum(E.size(E.filter("ddl_changes", lambda d: E.size(d["cols"]) > 0))).alias("drops"),
                 # What typing infers: the final rows' value types, and the orders they write columns in.
                 E.schema_of_variant_agg(E.when(final_row, E.to_variant_object("image"))).alias("row_schema"),
                 E.collect_set(E.when(final_row, E.map_keys("image"))).alias("sequences"),
+            )
+        )
+        .collect()
+    )
+
+
+def _group_aggregates() -> list[Expr]:
+    """The counts of ``group_counts`` that sum (or pick) over a group's rows, whatever splits them."""
+    c = E.col("counts")
+    return [
+        *[E.sum(name).alias(name) for name in ("n", "after_as_of", "unpositioned")],
+        E.sum(E.col("exists").cast("long")).alias("rows"),
+        *[E.sum(c[name]).alias(name) for name in COUNTS],
+        E.max("last_event_ms").alias("last_event_ms"),
+        # Distinct per-key signature sets: one per schema version, however many keys.
+        E.collect_set(E.when(E.col("_tag").isin(TAG_ROW, TAG_IGNORED), E.col("type_sigs"))).alias(
+            "type_sigs"
+        ),
+        E.first(E.when(E.col("_tag") == TAG_ROW, E.col("key_names")), True).alias("key_names"),
+        E.sum(E.size(E.filter("ddl_changes", lambda d: E.size(d["cols"]) > 0))).alias("drops"),
+    ]
+
+
+def span_group_counts(spans: DataFrame, span_from: str, span_to: str, index: str) -> list:
+    """``group_counts`` of every AS OF index at once, from rows that hold over ``[span_from, span_to)``.
+
+    Exploding each row to every index it holds at and aggregating that costs one typing
+    (``to_variant_object``, the schema of each final row) per row and index. Rows are first
+    aggregated per span and row shape, with one final row kept per shape (a row's shape is all
+    ``schema_of_variant_agg`` reads of it); only those few rows are exploded to their indexes.
+    """
+    listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
+    final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
+    shaped = spans.select(
+        "*",
+        *E.columns(
+            E.when(listed, E.col("first.reason")).alias("reason"),
+            E.when(final_row, E.to_variant_object("image")).alias("_object"),
+        ),
+    ).select("*", *E.columns(E.schema_of_variant("_object").alias("_shape")))
+    per_span = shaped.groupBy(span_from, span_to, "table", "_tag", "reason", "_shape").agg(
+        *E.columns(
+            *_group_aggregates(),
+            E.any_value("_object", True).alias("_object"),
+            E.collect_set(E.when(final_row, E.map_keys("image"))).alias("sequences"),
+        )
+    )
+    indexes = E.sequence(E.col(span_from), E.col(span_to) - 1)
+    exploded = per_span.select("*", F.explode(indexes.column()).alias(index))
+    return (
+        exploded.groupBy(index, "table", "_tag", "reason")
+        .agg(
+            *E.columns(
+                *[E.sum(name).alias(name) for name in ("n", "after_as_of", "unpositioned", "rows", *COUNTS)],
+                E.max("last_event_ms").alias("last_event_ms"),
+                E.array_distinct(E.flatten(E.collect_list("type_sigs"))).alias("type_sigs"),
+                E.first("key_names", True).alias("key_names"),
+                E.sum("drops").alias("drops"),
+                E.schema_of_variant_agg("_object").alias("row_schema"),
+                E.array_distinct(E.flatten(E.collect_list("sequences"))).alias("sequences"),
             )
         )
         .collect()

@@ -166,7 +166,8 @@ class OutputTarget:
         return {METRICS_FILE, f".{METRICS_FILE}.crc", QUARANTINE_DIR, *(tables or {})}
 
     def clean_leftovers(self) -> None:
-        """Remove staging/old folders of earlier runs that were killed before they finished."""
+        """Remove staging/old folders of earlier runs that were killed before they finished (this
+        run's own scratch folder, written before the lock was taken, stays)."""
         if not self.fs.exists(self.parent):
             return
         prefix_staging = f".{self.name}{_STAGING_MARK}"
@@ -176,7 +177,7 @@ class OutputTarget:
             if name.startswith(prefix_old) and not self.fs.exists(self.path):
                 # Killed between the two renames: the old snapshot is the last complete one.
                 self.fs.rename(status.getPath(), self.path)
-            elif name.startswith((prefix_staging, prefix_old)):
+            elif name.startswith((prefix_staging, prefix_old)) and self.run_id not in name:
                 self.fs.delete(status.getPath(), True)
 
     def write_metrics(self, metrics: dict) -> None:
@@ -189,6 +190,29 @@ class OutputTarget:
             out.write(bytearray(text.encode("utf-8")))
         finally:
             out.close()
+
+    def adopt(self, relative: str, written: str) -> bool:
+        """Move a folder written elsewhere on this file system into the staging folder as ``relative``.
+
+        False (nothing moved) when ``written`` does not exist, e.g. a partition no row went to.
+        """
+        source = self._Path(written)
+        if not self.fs.exists(source):
+            return False
+        self.fs.mkdirs(self.staging)
+        if not self.fs.rename(source, self._Path(self.staging_uri(relative))):
+            raise OutputError(f"could not move {written} into {self.staging_uri(relative)}")
+        return True
+
+    def scratch_uri(self) -> str:
+        """A hidden folder beside the output for files this run moves in later (``adopt``); a
+        killed run's is removed with its staging folder by the next run."""
+        return self._Path(self.parent, f".{self.name}{_STAGING_MARK}{self.run_id}-shared").toString()
+
+    def remove_scratch(self) -> None:
+        scratch = self._Path(self.scratch_uri())
+        if self.fs.exists(scratch):
+            self.fs.delete(scratch, True)
 
     def commit(self) -> None:
         """Swap the staging folder in: two renames, then drop the previous snapshot."""

@@ -81,6 +81,8 @@ def test_each_snapshot_is_the_run_of_its_as_of_alone(fmt, spark, tmp_path, caplo
     ]
     for metrics in together:
         assert_events_add_up(metrics)
+    # Nothing but the snapshots is left: the shared write's folder was moved in and removed.
+    assert sorted(p.name for p in (tmp_path / "snap").iterdir()) == ["at=100006", "at=100013"]
     # Full images fold once for both AS OFs; partial images fold each AS OF on its own.
     assert _one_fold(caplog) is not get_decoder(fmt).partial_images
     # The earlier AS OF against a run of its own; the latest against the plain Python fold.
