@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED, decode_events
-from tests.reliability.histories import ENCODERS, _before_images, random_history
+from tests.reliability.histories import ENCODERS, before_images, random_history
 
 from airflow_cdc_provider.landing.event_time import extractor_for
 
@@ -71,7 +71,7 @@ def test_generated_history(fmt, spark, tmp_path):
     changes = random_history(random.Random(f"parity {fmt}"), keys=5)
     table = "parity"
     texts = [line.text for line in encoder.preamble(table)]
-    for change, before in zip(changes, _before_images(changes)):
+    for change, before in zip(changes, before_images(changes)):
         texts += [line.text for line in encoder.write(table, change, before)]
     path = tmp_path / f"{fmt}.json"
     path.write_text(

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.conftest import assert_events_add_up, rows_of
-from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, _before_images
+from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, before_images
 
 from airflow_cdc_provider.replay.engine import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec
@@ -58,7 +58,7 @@ def land_days(
     days: dict[str, list[str]] = {"day1": [], "day2": []}
     for table, table_changes in {"t": changes, **(others or {})}.items():
         days["day1"].extend(line.text for line in encoder.preamble(table))
-        for change, before in zip(table_changes, _before_images(table_changes)):
+        for change, before in zip(table_changes, before_images(table_changes)):
             day = "day1" if change.ms <= AS_OF_1 and change.position not in late else "day2"
             days[day].extend(
                 line.text for line in encoder.write(table, change, before) if line.role != "blank"
