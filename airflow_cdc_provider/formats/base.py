@@ -24,7 +24,9 @@ class DecodeOptions:
     ``with_metadata`` is ``--with-metadata``: a decoder may then keep source metadata a row does
     not otherwise carry (Shareplex's ``rowid``). ``table_columns`` holds ``--columns TABLE=C1,C2``
     entries (the column names of headerless CSV landings, AWS DMS) and ``timestamp_column`` is
-    ``--timestamp-column`` (the column DMS adds with ``TimestampColumnName``).
+    ``--timestamp-column`` (the column DMS adds with ``TimestampColumnName``). ``whole_transactions``
+    is ``--whole-transactions``: a decoder may then derive transaction ids its records do not carry
+    (DataHub BLOB, from its transaction markers), which costs it a pass it otherwise skips.
     """
 
     key_columns: tuple[str, ...] = ()
@@ -35,6 +37,7 @@ class DecodeOptions:
     with_metadata: bool = False
     table_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     timestamp_column: str | None = None
+    whole_transactions: bool = False
 
 
 class Decoder(ABC):

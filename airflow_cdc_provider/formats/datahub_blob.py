@@ -18,6 +18,10 @@ One JSON object per message: ``schema`` (``dataColumn`` names and types, ``prima
   keeps them whole where ``date`` would drop the time. Values arrive as JSON of any shape (the
   Paimon fixture carries DOUBLE "1.100000" as a string) and are converted from their text.
 * Key: ``schema.primaryKey`` when it names columns, else ``--key``.
+* Transactions (``--whole-transactions`` only): records carry no transaction id, so the row
+  changes between a TRANSACTION_BEGIN and the next TRANSACTION_END of the same file are one
+  transaction, named by the file and the BEGIN's place in it. A BEGIN whose END has not landed
+  in that file (before the next BEGIN) leaves its transaction unfinished: held back.
 """
 
 from __future__ import annotations
@@ -126,10 +130,11 @@ class DatahubBlobDecoder(Decoder):
     name = "datahub-blob"
     description = "DataWorks/DataHub BLOB JSON (schema.dataColumn, payload.op/before/after, sequenceId)"
     needs = ""
+    transaction_ids = True  # from the TRANSACTION_BEGIN/END markers (see the module docstring)
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, BLOB_SCHEMA)
-        return _events(_fields(parsed))
+        return _events(_fields(parsed), options.whole_transactions)
 
 
 def _image_parts(image: Expr, name: str) -> list[Expr]:
@@ -328,7 +333,42 @@ def _classified(staged: DataFrame) -> DataFrame:
     )
 
 
-def _events(fields: DataFrame) -> DataFrame:
+def _transactions(events: DataFrame) -> DataFrame:
+    """``tx_id`` and ``tx_end`` of the row changes between a file's TRANSACTION_BEGIN and END markers.
+
+    One window over each file in landing order: the latest BEGIN and END at or before a record
+    say whether it is inside a transaction (and which); the next ones after it whether that
+    transaction's END landed. Every change of a transaction carries the same ``tx_end``, so
+    ``transactions.with_transaction_times`` holds back one whose END never came.
+    """
+    upto = "PARTITION BY `file` ORDER BY `file_pos` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    onward = "PARTITION BY `file` ORDER BY `file_pos` ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING"
+    op = E.col("op")
+    begin = E.when(op == "TRANSACTION_BEGIN", E.col("file_pos"))
+    end = E.when(op == "TRANSACTION_END", E.col("file_pos"))
+    marked = events.select(
+        "*",
+        *E.columns(
+            Expr(f"max({begin.sql}) OVER ({upto})").alias("_begun"),
+            Expr(f"max({end.sql}) OVER ({upto})").alias("_ended"),
+            Expr(f"min({begin.sql}) OVER ({onward})").alias("_next_begin"),
+            Expr(f"min({end.sql}) OVER ({onward})").alias("_next_end"),
+        ),
+    )
+    begun, ended = E.col("_begun"), E.col("_ended")
+    inside = (E.col("kind") == KIND_CHANGE) & begun.isNotNull() & (ended.isNull() | (ended < begun))
+    next_begin, next_end = E.col("_next_begin"), E.col("_next_end")
+    closed = next_end.isNotNull() & (next_begin.isNull() | (next_end < next_begin))
+    return marked.select(
+        "*",
+        *E.columns(
+            E.when(inside, E.concat_ws(":", E.col("file"), begun.cast("string"))).alias("tx_id"),
+            E.when(inside, closed).alias("tx_end"),
+        ),
+    ).drop("_begun", "_ended", "_next_begin", "_next_end")
+
+
+def _events(fields: DataFrame, whole_transactions: bool) -> DataFrame:
     classified = _classified(_typed_images(fields))
     before_half = (E.col("reason") == IGNORED_UPDATE_BEFORE) & E.col("seq").isNotNull()
     after_half = (
@@ -345,7 +385,10 @@ def _events(fields: DataFrame) -> DataFrame:
         image=E.col("row"),
         order=E.struct("file", "file_pos"),
     )
-    return paired.select(*canonical(**_canonical_columns()))
+    if not whole_transactions:
+        return paired.select(*canonical(**_canonical_columns()))
+    in_tx = _transactions(paired)
+    return in_tx.select(*canonical(**_canonical_columns(), tx_id=E.col("tx_id"), tx_end=E.col("tx_end")))
 
 
 def _canonical_columns() -> dict[str, Expr]:

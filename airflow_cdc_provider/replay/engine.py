@@ -536,7 +536,8 @@ def _with_split_lines(
     """``resolved`` with the line numbers of split-read records filled in where a run shows them.
 
     ``quarantine``: the quarantined records' (``first``); ``last``: each row's last event (for
-    ``--with-metadata`` and ``_cdc_state``). Costs a text-only read of the split files involved.
+    ``--with-metadata``, ``_cdc_state`` and a history's versions), where it has no log position
+    to show instead. Costs a text-only read of the split files involved, when any is asked about.
     """
     if not (quarantine or last) or not any(f.split_read for f in files):
         return resolved
@@ -544,10 +545,13 @@ def _with_split_lines(
     wanted = None
     for field, tag in fields:
         ev = F.col(field)
+        shown = F.coalesce(F.size(ev["log_pos"]) <= 0, F.lit(True)) if field == "last" else F.lit(True)
         asked = resolved.where(
-            (F.col("_tag") == tag) & ev.isNotNull() & ev["line"].isNull() & ev["file"].isNotNull()
+            (F.col("_tag") == tag) & ev.isNotNull() & ev["line"].isNull() & ev["file"].isNotNull() & shown
         ).select(ev["file"].alias("file"), ev["file_pos"].alias("file_pos"))
         wanted = asked if wanted is None else wanted.unionByName(asked)
+    if wanted.isEmpty():
+        return resolved
     lines = split_lines(spark, files, wanted.distinct()).localCheckpoint(eager=True)
     out = resolved
     for field, _tag in fields:

@@ -75,6 +75,7 @@ class SnapshotSpec:
             with_metadata=args.with_metadata,
             table_columns=given.table_columns or parse_table_columns(args.table_columns),
             timestamp_column=given.timestamp_column or args.timestamp_column,
+            whole_transactions=args.whole_transactions,
         )
         return cls(
             source_format=args.source_format,

@@ -335,3 +335,27 @@ def test_the_command_line_writes_a_history(spark, tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main([*argv, "--until", "2024-09-02T00:00:00Z", "--output", str(output), "--keep-state"])
     assert refused.value.code == EXIT_USAGE
+
+
+def test_versions_of_a_split_read_file_name_their_line_where_no_log_position(spark, tmp_path, monkeypatch):
+    """A large file is read in splits: a version shows its log position, else its exact line."""
+    from airflow_cdc_provider.formats import landed_files
+
+    landing = tmp_path / "in"
+    write_jsonl(
+        landing / "big.json",
+        [
+            dbz("c", 1, T0, name="ann"),  # no log position: the position shown is file:line
+            dbz("u", 1, T0 + 1000, name="bea"),
+            dbz("c", 2, T0 + 2000, pos=700, name="bob"),  # a log position: shown as it is
+        ],
+    )
+    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", 16)  # every file is split-read
+    metrics = run_history(spark, _spec("debezium-json", landing, tmp_path / "h", T0 + 5000, key_columns="id"))
+    versions = versions_of(spark, metrics["tables"]["db.shop"]["path"])
+    big = f"file:{landing / 'big.json'}"
+    assert sorted((r["name"], r["_cdc_position"]) for r in versions) == [
+        ("ann", f"{big}:1"),
+        ("bea", f"{big}:2"),
+        ("bob", "1:700:0"),
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import assert_events_add_up, write_jsonl
+from tests.formats.test_datahub_blob import message as blob
 from tests.formats.test_maxwell import T as MAXWELL_T
 from tests.formats.test_maxwell import rec as maxwell
 from tests.formats.test_shareplex import rec as shareplex
@@ -134,6 +135,41 @@ def test_shareplex_sequence_marks_the_last_change_of_a_transaction(replay, tmp_p
     assert_events_add_up(metrics)
 
 
+def test_datahub_blob_transactions_come_from_their_begin_and_end_markers(replay, tmp_path):
+    t = 1_700_000_000_000
+
+    def row(op, seq, second, **images):
+        return blob(op, seq=seq, event_ms=t + second * 1000, **images)
+
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            row("INSERT", 1, 0, after={"id": 1, "name": "a"}),
+            row("TRANSACTION_BEGIN", 2, 1),
+            row("UPDATE", 3, 1, before={"id": 1, "name": "a"}, after={"id": 1, "name": "b"}),
+            row("INSERT", 4, 3, after={"id": 2, "name": "c"}),
+            row("TRANSACTION_END", 5, 3),
+            row("INSERT", 6, 4, after={"id": 3, "name": "alone"}),  # between transactions
+            row("TRANSACTION_BEGIN", 7, 5),
+            row("INSERT", 8, 5, after={"id": 4, "name": "never"}),  # its END has not landed
+        ],
+    )
+
+    def names(tables: dict) -> list:
+        return [r["name"] for r in by_id(tables)["db.t"]]
+
+    _, halves = replay("datahub-blob", landing, as_of=t + 2000)
+    assert names(halves) == ["b"]
+    metrics, tables = replay("datahub-blob", landing, as_of=t + 2000, whole_transactions=True)
+    assert names(tables) == ["a"]
+    assert metrics["transactions"] == {"whole": True, "held_back": 1, "events_held_back": 1}
+    metrics, tables = replay("datahub-blob", landing, as_of=t + 9000, whole_transactions=True)
+    assert names(tables) == ["b", "c", "alone"]
+    assert metrics["transactions"] == {"whole": True, "held_back": 1, "events_held_back": 1}
+    assert metrics["ignored"] == {"transaction marker": 3}
+    assert_events_add_up(metrics)
+
+
 def test_a_format_without_transaction_ids_refuses_the_option(tmp_path):
     with pytest.raises(ValueError) as raised:
         SnapshotSpec.from_args(
@@ -142,8 +178,8 @@ def test_a_format_without_transaction_ids_refuses_the_option(tmp_path):
     assert str(raised.value) == (
         "--whole-transactions: canal-json records carry no transaction ids, so its transactions cannot "
         "be told apart; drop the option, or use a format that carries them: aws-dms, cdl-json, "
-        "debezium-avro, debezium-json, debezium-mongodb, dts-avro, maxwell-json, ogg-json, qlik-json, "
-        "shareplex-json"
+        "datahub-blob, debezium-avro, debezium-json, debezium-mongodb, dts-avro, maxwell-json, ogg-json, "
+        "qlik-json, shareplex-json"
     )
 
 
