@@ -21,6 +21,8 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
 (f) ``--as-ofs N`` snapshots from one scan (``run_snapshots``), their AS OFs spread evenly over the
     landing's time range, the last one at AS OF (its rows checked like (c)'s). Issue 17's target
     is f/c <= 2 for 30 AS OFs. Off unless asked for (``--as-ofs 0``, the default).
+(g) ``--history``: the history up to AS OF (``run_history``, every version of every row), its
+    current versions checked like (c)'s rows. Off unless asked for.
 
 Each is run ``--repeat`` times (default 3) and the median run counts. Peak memory is sampled during
 every run. Every run's Spark jobs are tagged with a job group, so the report also gives the number
@@ -60,7 +62,7 @@ from pyspark.sql.types import (
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.paths import is_hidden
 from airflow_cdc_provider.jobs.session import build_session
-from airflow_cdc_provider.replay.engine import run_snapshot, run_snapshots
+from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from benchmarks.generate import (
     WRITERS,
@@ -85,6 +87,7 @@ LABELS = {
     "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
     "e": "(e) incremental rebuild",
     "f": "(f) several AS OFs",
+    "g": "(g) history",
 }
 MEMORY = {"jvm_rss_mib": "driver JVM RSS", "jvm_heap_mib": "JVM heap used", "python_rss_mib": "Python RSS"}
 
@@ -223,6 +226,19 @@ def rebuild_many(spark: SparkSession, landing: Landing, out: Path, as_ofs: list[
         key_columns=landing.expected["key"],
     )
     return run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+
+
+def history(spark: SparkSession, landing: Landing, out: Path) -> dict:
+    """(g): every version up to AS OF, as ``cdc-replay history --until AS_OF`` writes them."""
+    args = SnapshotArgs.build(
+        source_format=landing.source_format,
+        input_paths=str(landing.root),
+        output_path=str(out),
+        as_of=landing.expected["as_of_ms"],
+        key_columns=landing.expected["key"],
+        history=True,
+    )
+    return run_history(spark, SnapshotSpec.from_job_args(args))
 
 
 def base_as_of_ms(landing: Landing, new_share: float) -> int:
@@ -436,13 +452,14 @@ def run_all(
     incremental_share: float = 0.0,
     json_lines: bool = True,
     as_ofs: int = 0,
+    with_history: bool = False,
 ) -> dict:
-    """Measure (a)-(f) on ``landing``, writing to ``workdir/out-b`` ... ``out-f``; return the report.
+    """Measure (a)-(g) on ``landing``, writing to ``workdir/out-b`` ... ``out-g``; return the report.
 
     (a), (b) and (d) read JSON lines; a landing of binary files (``json_lines=False``) times the
     rebuild and the incremental run only.
     """
-    out = {name: workdir / f"out-{name}" for name in "bcdef"}
+    out = {name: workdir / f"out-{name}" for name in "bcdefg"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
@@ -491,17 +508,24 @@ def run_all(
         )
         f.rows = several[-1]["rows"]
         f.note = f"{as_ofs} snapshots; rows of the last (at AS OF); {sum(m['rows'] for m in several):,} rows in all"
+    g = Measurement(LABELS["g"], note="--history not given")
+    if with_history:
+        g, versions = measure(
+            LABELS["g"], spark, repeat, lambda: history(spark, landing, out["g"]), remover("g")
+        )
+        g.rows = versions["rows"]
+        g.note = f"{versions['versions']:,} versions; rows = the current ones"
     for m, name in ((b, "b"), (d, "d")):
         if m.runs:
             m.rows = spark.read.parquet(str(out[name])).count()
     if c.runs:
         c.rows = metrics["rows"]
-    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f}
+    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f, "g": g}
 
     expected = landing.expected
     mismatches = [
         f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
-        for m in (b, c, d, e, f)
+        for m in (b, c, d, e, f, g)
         if m.rows is not None and m.rows != expected["rows"]
     ]
     if incremental is not None and incremental["mode"] != "incremental":
@@ -541,6 +565,7 @@ def run_all(
             "c/d": ratio(c, d),
             "e/c": ratio(e, c),
             "f/c": ratio(f, c),
+            "g/c": ratio(g, c),
         },
         "rebuild_events_per_s": landing.events / c.seconds if c.seconds else None,
         "rows": {"expected": expected["rows"], **{k: m.rows for k, m in measurements.items() if k != "a"}},
@@ -583,7 +608,7 @@ def report_text(report: dict) -> str:
     lines += [
         "",
         f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   e/c {_num(r.get('e/c'))}   "
-        f"f/c {_num(r.get('f/c'))}   "
+        f"f/c {_num(r.get('f/c'))}   g/c {_num(r.get('g/c'))}   "
         f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
     ]
     c = report["measurements"]["c"]
@@ -664,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
         help="(f): this many AS OFs from one scan, spread over the landing's time range (default 0: skip)",
     )
     parser.add_argument(
+        "--history", action="store_true", help="(g): also time the history up to AS OF (default: skip)"
+    )
+    parser.add_argument(
         "--compare",
         nargs=2,
         type=Path,
@@ -705,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
             args.incremental_share,
             json_lines,
             args.as_ofs,
+            args.history,
         )
     finally:
         spark.stop()

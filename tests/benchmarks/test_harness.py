@@ -36,17 +36,26 @@ def folded(w: Workload) -> list[dict]:
 
 
 def bench(
-    spark, tmp_path_factory, w: Workload, incremental_share: float = 0.0, as_ofs: int = 0
+    spark,
+    tmp_path_factory,
+    w: Workload,
+    incremental_share: float = 0.0,
+    as_ofs: int = 0,
+    with_history: bool = False,
 ) -> tuple[Path, dict, dict]:
     work = tmp_path_factory.mktemp(w.source_format)
     expected = generate(w, work / "landed")
     landing = Landing.open(work / "landed")
-    return work, expected, run_all(spark, landing, work, 1, incremental_share, as_ofs=as_ofs)
+    return (
+        work,
+        expected,
+        run_all(spark, landing, work, 1, incremental_share, as_ofs=as_ofs, with_history=with_history),
+    )
 
 
 @pytest.fixture(scope="module")
 def debezium(spark, tmp_path_factory):
-    return bench(spark, tmp_path_factory, DEBEZIUM, incremental_share=0.3, as_ofs=3)
+    return bench(spark, tmp_path_factory, DEBEZIUM, incremental_share=0.3, as_ofs=3, with_history=True)
 
 
 def rebuilt_rows(spark, work: Path, expected: dict) -> list[dict]:
@@ -64,6 +73,7 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
         "d": report["rows"]["d"],
         "e": expected["rows"],
         "f": expected["rows"],
+        "g": expected["rows"],
     }
     assert rebuilt_rows(spark, work, expected) == folded(DEBEZIUM)
     ((table, _),) = expected["tables"].items()
@@ -74,6 +84,14 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
     assert len(list((work / "out-f").iterdir())) == 3
     assert rows_of(spark, last / table) == folded(DEBEZIUM)
     assert report["measurements"]["f"]["note"].startswith("3 snapshots; rows of the last (at AS OF); ")
+    # (g): the history's current versions are (c)'s rows.
+    current = [
+        {k: v for k, v in r.items() if not k.startswith("_cdc_")}
+        for r in rows_of(spark, work / "out-g" / table)
+        if r["_cdc_valid_to"] is None
+    ]
+    assert sorted(current, key=lambda r: json.dumps(r, sort_keys=True)) == folded(DEBEZIUM)
+    assert report["measurements"]["g"]["note"].endswith(" versions; rows = the current ones")
     assert 0 < expected["rows"] < DEBEZIUM.keys
     assert report["measurements"]["a"]["seconds"] > 0 and report["ratios"]["c/a"] > 0
 
