@@ -51,7 +51,7 @@ _AT = "_at"  # the instant an event applies from
 def row_versions(
     events: DataFrame, until_ms: int, partial_images: bool, carries: DataFrame | None
 ) -> DataFrame:
-    """``table, _tag, _key, FROM_MS, TO_MS, image, last`` for every version up to ``until_ms``.
+    """``table, _key, FROM_MS, TO_MS, image, _tag, last`` for every version up to ``until_ms``.
 
     ``events`` are the run's decoded events (``with_keys``, tables selected); ``carries`` the rows
     partial key changes carry to their new key (``resolve.carried_rows``), or None.

@@ -250,3 +250,22 @@ def test_whole_transactions_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
         {"whole": True, "held_back": 1, "events_held_back": 1},
         {"whole": True, "held_back": 0, "events_held_back": 0},
     ]
+
+
+def test_the_shared_write_keeps_each_as_ofs_own_columns_and_empty_tables(spark, tmp_path, caplog):
+    """A column that appears later, and a table with no row yet: each AS OF's tables are its own."""
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    landing = tmp_path / "in"
+    write_jsonl(
+        landing / "a.json",
+        [
+            dbz("c", 1, T0, pos=100, name="ann"),
+            dbz("c", 2, T0 + 2000, pos=200, name="bob", city="Oslo"),  # a column no earlier row has
+            dbz("d", 1, T0 + 3000, pos=300, name="ann"),
+        ],
+    )
+    together = _together_and_alone(spark, tmp_path, landing, [T0 - 1000, T0 + 1000, T0 + 2500, T0 + 9000])
+    assert _one_fold(caplog)
+    columns = [spark.read.parquet(m["tables"]["db.shop"]["path"]).columns for m in together]
+    assert columns == [["id"], ["id", "name"], ["id", "name", "city"], ["id", "name", "city"]]
+    assert [m["rows"] for m in together] == [0, 1, 2, 1]
