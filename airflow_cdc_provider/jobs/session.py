@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import SparkSession
 
 from airflow_cdc_provider.contract.args import DEFAULT_MASTER
+from airflow_cdc_provider.jobs import driver_jvm
+
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 # Settings the replay relies on, whatever the master.
 _JOB_CONF = {
@@ -34,13 +39,38 @@ _LOCAL_CONF = {
 }
 
 
+def session_conf(
+    master: str | None, extra_conf: dict[str, str] | None = None, java_options: Sequence[str] | None = None
+) -> dict[str, str]:
+    """The properties a session starts with: the job's, a local master's, then ``extra_conf``.
+
+    An embedded local driver's JVM gets ``java_options`` ahead of any ``spark.driver.extraJavaOptions``
+    in ``extra_conf`` (the later of two equal options wins, so the caller's stay in force); None
+    means ``driver_jvm.java_options(small_input=False)``: the class archive, when one is built.
+    """
+    conf = dict(_JOB_CONF)
+    extra = dict(extra_conf or {})
+    if master is not None and master.startswith("local"):
+        conf.update(_LOCAL_CONF)
+        if java_options is None:
+            java_options = driver_jvm.java_options(small_input=False)
+        given = extra.pop(_JAVA_OPTIONS, "")
+        if java_options or given:
+            conf[_JAVA_OPTIONS] = " ".join([*java_options, given]).strip()
+    conf.update(extra)
+    return conf
+
+
 def build_session(
-    master: str | None = None, app_name: str = "cdc-replay", extra_conf: dict[str, str] | None = None
+    master: str | None = None,
+    app_name: str = "cdc-replay",
+    extra_conf: dict[str, str] | None = None,
+    java_options: Sequence[str] | None = None,
 ) -> SparkSession:
     """Return the session for a replay run.
 
     ``master=None`` means "whatever spark-submit configured", falling back to ``local[*]`` when
-    the job runs as a plain Python process.
+    the job runs as a plain Python process. ``extra_conf`` and ``java_options``: see ``session_conf``.
     """
     import os
     import sys
@@ -58,11 +88,7 @@ def build_session(
     builder = SparkSession.builder if under_spark_submit else SparkSession.builder.appName(app_name)
     if effective is not None:
         builder = builder.master(effective)
-    conf = dict(_JOB_CONF)
-    if effective is not None and effective.startswith("local"):
-        conf.update(_LOCAL_CONF)
-    conf.update(extra_conf or {})
-    for key, value in conf.items():
+    for key, value in session_conf(effective, extra_conf, java_options).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     # spark.log.level (e.g. from the operator's driver_log_level) is the submitter's choice; keep it.
