@@ -6,7 +6,7 @@ metrics) reads that result, never the landed files again. Two cases read the dec
 than once and keep them instead: a run that writes ``_cdc_state`` (incremental bookkeeping), and a
 landing with an applied truncate or column drop (found by the single pass, then folded again).
 Several AS OFs (``run_snapshots``) also keep them: decoded once, folded once for all of them
-where ``fold_buckets`` can stand for each one's fold, else once per AS OF.
+where ``fold_spans`` can stand for each one's fold, else once per AS OF.
 """
 
 from __future__ import annotations
@@ -59,7 +59,6 @@ from airflow_cdc_provider.replay.fold import (
     at_index,
     clustered_for_fold,
     fold,
-    fold_buckets,
     fold_spans,
     keyed_events,
     ordering,
@@ -196,7 +195,7 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
 
     The files the latest AS OF reads are decoded once and kept; each snapshot then takes the
     events of the files its own AS OF reads (partitions after it + lateness are left out, as a
-    run of that AS OF alone leaves them), from one shared fold (``fold_buckets``) or, where that
+    run of that AS OF alone leaves them), from one shared fold (``fold_spans``) or, where that
     cannot stand for it, a fold of its own, and is written and committed on its own, with the
     metrics that run would write. Returns the metrics in the order of ``specs``.
     """
@@ -348,7 +347,7 @@ def _fold_spans(events: DataFrame, as_of_count: int, latest_ms: int) -> DataFram
     if not table_changes(events, latest_ms).isEmpty():
         log.info("several AS OFs: truncates or column drops; folding each AS OF on its own")
         return None
-    spans = fold_spans(fold_buckets(events, as_of_count), as_of_count).persist()
+    spans = fold_spans(events, as_of_count).persist()
     if spans.agg(F.max(OUT_OF_ORDER)).first()[0]:
         log.info("several AS OFs: event times run backwards across AS OFs; folding each AS OF on its own")
         spans.unpersist()

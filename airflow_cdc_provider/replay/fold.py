@@ -12,8 +12,8 @@ Non-row records travel through the same aggregation under group tags, so one shu
 yields the snapshot, the quarantine and every count; a table's DDL events (one group) also
 yield the columns it added and dropped before AS OF (``ddl_changes``).
 
-Several AS OFs share one fold where they can (``fold_buckets``, ``fold_spans``): the same
-aggregation, also grouped by the AS OF an event first applies at, turned into spans of AS OFs.
+Several AS OFs share one fold where they can (``fold_spans``): the same terms, as running
+aggregates of one window per key ordered by the AS OF an event first applies at: spans of AS OFs.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ TAG_QUARANTINED = "Q"
 TAG_NO_KEY = "K"  # row changes of a table nobody gave a key for: a configuration error
 # A row change on time for AS OF whose transaction is not (``--whole-transactions``).
 HELD_BACK = "_held_back"
-# Several AS OFs (``fold_buckets``): the first AS OF (by index) an event applies at, and whether an
+# Several AS OFs (``fold_spans``): the first AS OF (by index) an event applies at, and whether an
 # event before it in position order applies only at a later one.
 BUCKET = "_b"
 VISIBLE = "_visible"  # the first AS OF (by index) whose run reads the event's file
@@ -381,7 +381,7 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
         previous(E.when(applied, _op_code())).alias("_prev_op"),
     ]
     if BUCKET in keyed.columns:
-        # Several AS OFs (fold_buckets): an event applied at an earlier AS OF than one before it.
+        # Several AS OFs (fold_spans): an event applied at an earlier AS OF than one before it.
         earlier_max = Expr(f"max({E.col(BUCKET).sql}) {window}")
         columns.append(E.coalesce(earlier_max > E.col(BUCKET), E.lit(False)).alias(OUT_OF_ORDER))
     if changes is not None:
@@ -439,88 +439,101 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
     return folded.drop("_group_hash")
 
 
-def _fold_aggregates(
-    keyed: DataFrame, changes: DataFrame | None, partial_images: bool, extra: bool = False
-) -> tuple[DataFrame, list[Expr]]:
-    """The fold's flagged events and its aggregations; ``extra``: also what ``fold_spans`` orders by."""
+@dataclass(frozen=True)
+class _Terms:
+    """What each event contributes to its group's folded state, shared by ``fold`` and ``fold_spans``."""
+
+    ord: Expr  # position order
+    reset: Expr  # an applied insert, read, full-image update or delete
+    resetting: Expr  # what a reset leaves: struct(ord, op, after)
+    moved_away: Expr  # the old-key half of an applied key change
+    typed: Expr  # the type signature of an applied row change or DDL event, else null
+    ddl: Expr  # an applied DDL event's ``ddl_change``, else null
+    listed: Expr  # ignored and quarantined records: their first is reported
+    listing: Expr  # what the report of a listed record says
+    counting: Expr  # the counting order's fields: the first event in it names the key columns
+    counted: Expr  # read by the run: not a key change's second half, not a base row
+    unpositioned: Expr  # counted, and its log position unreadable
+
+
+def _terms(keyed: DataFrame) -> _Terms:
     applied = E.col("_applied")
-    has_base = "_base" in keyed.columns
-    from_base = E.col("_base") if has_base else E.lit(False)
+    from_base = E.col("_base") if "_base" in keyed.columns else E.lit(False)
     ddl = E.col("_ddl_applied")
     partial_update = applied & (E.col("op") == OP_UPDATE) & E.col("partial")
-    moved_away = applied & E.col("_moved_away")
-    # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
-    # row's state just before it can still be rebuilt and carried to the new key.
-    reset = applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & ~E.col("_moved_away")
+    not_moved = ~E.col("_moved_away")
     ord_ = ordering()
-    file = E.nullif(E.col("file"), E.lit(""))  # base rows without a file carry ""
-    last_meta = event_meta()
+    counted = not_moved & ~from_base
+    return _Terms(
+        ord=ord_,
+        # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
+        # row's state just before it can still be rebuilt and carried to the new key.
+        reset=applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & not_moved,
+        resetting=E.struct(ord_.alias("ord"), E.col("op"), E.col("after")),
+        moved_away=applied & E.col("_moved_away"),
+        typed=E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types"))),
+        ddl=E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_)),
+        listed=E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED),
+        listing=E.struct(
+            E.nullif(E.col("file"), E.lit("")).alias("file"),  # base rows without a file carry ""
+            E.col("file_pos"),
+            E.col("line"),
+            E.col("sub_pos"),
+            E.col("reason"),
+            E.col("raw"),
+        ),
+        counting=E.struct(*[E.col(f) for f in _COUNTING_FIELDS]),
+        counted=counted,
+        unpositioned=E.col("log_pos_unreadable") & counted,
+    )
+
+
+def _fold_aggregates(
+    keyed: DataFrame, changes: DataFrame | None, partial_images: bool
+) -> tuple[DataFrame, list[Expr]]:
+    """The fold's flagged events and its aggregations."""
+    t = _terms(keyed)
+    applied = E.col("_applied")
+    ord_ = t.ord
     # Events kept by ``clustered_for_fold`` carry the hash their partitioning and sort are built on.
     hashed = (
         keyed if "_group_hash" in keyed.columns else keyed.withColumn("_group_hash", _group_hash().column())
     )
     flagged = _count_flags(hashed, changes)
-    resetting = E.struct(ord_.alias("ord"), E.col("op"), E.col("after"))
     move = E.struct(
         ord_.alias("ord"), E.col("_new_key").alias("to"), E.col("_moved_partially").alias("partial")
     )
     if partial_images:
+        partial_update = applied & (E.col("op") == OP_UPDATE) & E.col("partial")
         lists = [
-            E.collect_list(E.when(reset, resetting)).alias("resets"),
+            E.collect_list(E.when(t.reset, t.resetting)).alias("resets"),
             E.collect_list(E.when(partial_update, E.struct(ord_.alias("ord"), E.col("after")))).alias(
                 "partials"
             ),
-            E.collect_list(E.when(moved_away, move)).alias("moves_out"),
+            E.collect_list(E.when(t.moved_away, move)).alias("moves_out"),
         ]
     else:
-        lists = [E.max(E.when(moved_away, ord_)).alias("_last_move")]
-    if has_base:
-        lists.append(E.max(E.when(from_base, ord_)).alias("base_ord"))
+        lists = [E.max(E.when(t.moved_away, ord_)).alias("_last_move")]
+    if "_base" in keyed.columns:
+        lists.append(E.max(E.when(E.col("_base"), ord_)).alias("base_ord"))
     if HELD_BACK in keyed.columns:
         held = E.col(HELD_BACK) & ~E.col("_moved_away")
         lists += [
             E.count(E.when(held, E.lit(1))).alias("held_back"),
             E.count(E.when(held & E.col(TX_FIRST), E.lit(1))).alias("held_back_transactions"),
         ]
-    is_listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
-    not_moved = ~E.col("_moved_away")
-    if extra:
-        counting = E.struct(*[E.col(f) for f in _COUNTING_FIELDS])
-        lists += [
-            E.max(E.when(applied, ord_)).alias("_last_ord"),
-            E.min(E.when(is_listed, ord_)).alias("_first_ord"),
-            E.min(E.when(E.col("_key_cols").isNotNull(), counting)).alias("_key_ord"),
-            E.count(E.when(E.col(OUT_OF_ORDER), E.lit(1))).alias(OUT_OF_ORDER),
-        ]
     return flagged, [
         *lists,
-        E.count(E.when(not_moved & ~from_base, E.lit(1))).alias("n"),
-        E.count(E.when(E.col("_after_as_of") & not_moved, E.lit(1))).alias("after_as_of"),
-        E.count(E.when(E.col("log_pos_unreadable") & not_moved & ~from_base, E.lit(1))).alias("unpositioned"),
-        E.max_by(E.when(reset, resetting), E.when(reset, ord_)).alias("reset"),
+        E.count(E.when(t.counted, E.lit(1))).alias("n"),
+        E.count(E.when(E.col("_after_as_of") & ~E.col("_moved_away"), E.lit(1))).alias("after_as_of"),
+        E.count(E.when(t.unpositioned, E.lit(1))).alias("unpositioned"),
+        E.max_by(E.when(t.reset, t.resetting), E.when(t.reset, ord_)).alias("reset"),
         E.struct(*[E.sum(f"_c_{name}").cast("long").alias(name) for name in COUNTS]).alias("counts"),
-        E.max_by(E.when(applied, last_meta), E.when(applied, ord_)).alias("last"),
+        E.max_by(E.when(applied, event_meta()), E.when(applied, ord_)).alias("last"),
         E.max(E.when(applied, E.col("event_ms"))).alias("last_event_ms"),
-        E.collect_set(
-            E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types")))
-        ).alias("type_sigs"),
-        E.collect_list(
-            E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_))
-        ).alias("ddl_changes"),
-        E.min_by(
-            E.when(
-                is_listed,
-                E.struct(
-                    file.alias("file"),
-                    E.col("file_pos"),
-                    E.col("line"),
-                    E.col("sub_pos"),
-                    E.col("reason"),
-                    E.col("raw"),
-                ),
-            ),
-            E.when(is_listed, ord_),
-        ).alias("first"),
+        E.collect_set(t.typed).alias("type_sigs"),
+        E.collect_list(t.ddl).alias("ddl_changes"),
+        E.min_by(E.when(t.listed, t.listing), E.when(t.listed, ord_)).alias("first"),
         E.first(E.col("_key_cols"), E.lit(True)).alias("key_names"),
     ]
 
@@ -552,87 +565,150 @@ def _full_image_lists(folded: DataFrame) -> DataFrame:
     return folded
 
 
-def fold_buckets(staged: DataFrame, as_of_count: int) -> DataFrame:
-    """The fold of several AS OFs in one pass: one aggregation per (group, BUCKET, VISIBLE).
+def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
+    """``fold``'s result for each of several AS OFs in one pass, as spans ``[SPAN_FROM, SPAN_TO)`` of
+    AS OF indexes: one window per group over its events, with no sort beyond the one by AS OF index.
 
     ``staged`` is ``clustered_for_fold`` output with two indexes into the AS OFs (sorted): ``VISIBLE``,
     the first one whose run reads the event's file, and ``BUCKET``, the first one it applies at
-    (``as_of_count``: none). ``fold_spans`` turns the rows into exactly ``fold``'s result for each
-    AS OF, provided no group has an event that applies at an earlier AS OF than one before it in
-    position order (``OUT_OF_ORDER`` counts them; the counting window assumes it).
+    (``as_of_count``: none). An event is counted as read from ``VISIBLE`` on and applies from
+    ``BUCKET`` on; each distinct index at which a group's state changes starts a span, which lasts
+    until the next one. A group has no span before its first file is read, so ``at_index`` is then
+    a filter, not an aggregation. The result holds for every AS OF provided no group has an event
+    that applies at an earlier AS OF than one before it in position order (``OUT_OF_ORDER`` counts
+    them; the counting window assumes it).
     """
     is_change = E.col("kind") == KIND_CHANGE
     applies = E.col(BUCKET) < as_of_count
     keyed = staged.select(
         "*",
-        *E.columns(
-            (is_change & applies).alias("_applied"),
-            (_is_ddl() & applies).alias("_ddl_applied"),
-            is_change.alias("_after_as_of"),  # summed: the row changes, applied or not
-        ),
+        *E.columns((is_change & applies).alias("_applied"), (_is_ddl() & applies).alias("_ddl_applied")),
     )
-    flagged, aggregates = _fold_aggregates(keyed, None, False, extra=True)
-    return flagged.groupBy(*_GROUP, BUCKET, VISIBLE).agg(*E.columns(aggregates))
-
-
-def fold_spans(buckets: DataFrame, as_of_count: int) -> DataFrame:
-    """Each group's folded state over the AS OFs, as spans ``[SPAN_FROM, SPAN_TO)`` of AS OF indexes.
-
-    From ``fold_buckets``: a bucket row's state applies from its ``BUCKET`` on, and its events are
-    read (counted) from its ``VISIBLE`` on. One window per group over those two kinds of points
-    accumulates both; each distinct point starts a span, which lasts until the next one. A group
-    has no span before its first file is read, so ``at_index`` is then a filter, not an aggregation.
-    """
-    kinds = E.when(E.col(VISIBLE) < E.col(BUCKET), E.array(E.lit(0), E.lit(1))).otherwise(E.array(E.lit(2)))
-    points = buckets.select("*", F.explode(kinds.column()).alias("_kind"))
-    # 0: the rows are read from here (VISIBLE); 1: they apply from here (BUCKET); 2: both at once.
-    read, applies = E.col("_kind") != 1, E.col("_kind") != 0
-    point = E.when(E.col("_kind") == 0, E.col(VISIBLE)).otherwise(E.col(BUCKET))
-    points = points.withColumn(SPAN_FROM, point.column())
+    t = _terms(keyed)
+    flagged = _count_flags(keyed, None)
+    visible, bucket = E.col(VISIBLE), E.col(BUCKET)
+    # Where an event sits: 0 read here (VISIBLE > 0), applies later (a second row, 1); 2 read and
+    # applies here; 3 applies here, read from the first AS OF on (VISIBLE 0: one row, most events).
+    kinds = (
+        E.when(visible == bucket, E.array(E.lit(2)))
+        .when(visible == 0, E.array(E.lit(3)))
+        .otherwise(E.array(E.lit(0), E.lit(1)))
+    )
+    points = flagged.select("*", F.explode(kinds.column()).alias("_kind"))
+    kind = E.col("_kind")
+    points = points.withColumn("_point", E.when(kind == 0, visible).otherwise(bucket).column())
+    here = kind != 0  # applies at this row's point
+    read_here = (kind == 0) | (kind == 2)  # read at this row's point
+    read_first = kind == 3  # read from index 0, whatever this row's point
     group = ", ".join(E.col(g).sql for g in _GROUP)
-    upto = f"OVER (PARTITION BY {group} ORDER BY {E.col(SPAN_FROM).sql} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    order = f"PARTITION BY {group} ORDER BY `_point`"
+    upto = f"OVER ({order} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    whole = f"OVER ({order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
 
     def running(aggregate: Expr) -> Expr:
         return Expr(f"{aggregate.sql} {upto}")
 
-    def on(name: str) -> Expr:
-        return E.when(applies, E.col(name))
+    def over_all(aggregate: Expr) -> Expr:
+        return Expr(f"{aggregate.sql} {whole}")
 
-    def seen(name: str) -> Expr:
-        return E.when(read, E.col(name))
+    def reads(where: Expr, frame) -> list[Expr]:
+        """What counting the events read gives: sums, and the first listed record and key names."""
+        return [
+            frame(E.count(E.when(where & t.counted, E.lit(1)))),
+            frame(E.count(E.when(where & is_change & t.counted, E.lit(1)))),
+            frame(E.count(E.when(where & t.unpositioned, E.lit(1)))),
+            frame(E.min(E.when(where & t.listed, E.struct(t.ord.alias("o"), t.listing.alias("v"))))),
+            frame(
+                E.min(
+                    E.when(
+                        where & E.col("_key_cols").isNotNull(),
+                        E.struct(t.counting.alias("o"), E.col("_key_cols").alias("v")),
+                    )
+                )
+            ),
+        ]
 
-    counts = [
-        E.coalesce(running(E.sum(on("counts")[name])), E.lit(0)).cast("long").alias(name) for name in COUNTS
-    ]
-    changes_read = E.coalesce(running(E.sum(seen("after_as_of"))), E.lit(0))
-    changes_applied = E.coalesce(running(E.sum(on("after_as_of"))), E.lit(0))
-    spans = points.select(
+    read_names = ("n", "changes", "unpositioned", "first", "key_names")
+    applied = here & E.col("_applied")
+    window = points.select(
         *_GROUP,
-        SPAN_FROM,
+        "_point",
         *E.columns(
-            Expr(
-                f"lead({E.col(SPAN_FROM).sql}) OVER (PARTITION BY {group} ORDER BY {E.col(SPAN_FROM).sql})"
-            ).alias("_next"),
-            running(E.max(on("_last_move"))).alias("_last_move"),
-            running(E.sum(seen("n"))).alias("n"),
-            (changes_read - changes_applied).alias("after_as_of"),
-            running(E.sum(seen("unpositioned"))).alias("unpositioned"),
-            running(E.max_by(on("reset"), E.when(applies, E.col("reset")["ord"]))).alias("reset"),
-            E.struct(*counts).alias("counts"),
-            running(E.max_by(on("last"), on("_last_ord"))).alias("last"),
-            running(E.max(on("last_event_ms"))).alias("last_event_ms"),
-            E.array_distinct(E.flatten(running(E.collect_list(on("type_sigs"))))).alias("type_sigs"),
-            E.flatten(running(E.collect_list(on("ddl_changes")))).alias("ddl_changes"),
-            running(E.min_by(seen("first"), seen("_first_ord"))).alias("first"),
-            running(E.min_by(seen("key_names"), seen("_key_ord"))).alias("key_names"),
-            running(E.sum(OUT_OF_ORDER)).alias(OUT_OF_ORDER),  # a group's last span holds its total
+            Expr(f"lead(`_point`) OVER ({order})").alias("_next"),
+            over_all(E.min("_point")).alias("_first_point"),
+            running(E.max(E.when(here & t.moved_away, t.ord))).alias("_last_move"),
+            running(E.max_by(E.when(here & t.reset, t.resetting), E.when(here & t.reset, t.ord))).alias(
+                "reset"
+            ),
+            E.struct(
+                *[
+                    E.coalesce(running(E.sum(E.when(here, E.col(f"_c_{name}")))), E.lit(0))
+                    .cast("long")
+                    .alias(name)
+                    for name in COUNTS
+                ]
+            ).alias("counts"),
+            running(E.max_by(E.when(applied, event_meta()), E.when(applied, t.ord))).alias("last"),
+            running(E.max(E.when(applied, E.col("event_ms")))).alias("last_event_ms"),
+            running(E.collect_set(E.when(here, t.typed))).alias("type_sigs"),
+            running(E.collect_list(E.when(here, t.ddl))).alias("ddl_changes"),
+            running(E.count(E.when(applied & ~E.col("_moved_away"), E.lit(1)))).alias("_changes_applied"),
+            *[a.alias(f"_r_{n}") for a, n in zip(reads(read_here, running), read_names)],
+            *[a.alias(f"_z_{n}") for a, n in zip(reads(read_first, over_all), read_names)],
+            over_all(E.count(E.when(read_first, E.lit(1)))).alias("_z_rows"),
+            over_all(E.count(E.when(E.col(OUT_OF_ORDER), E.lit(1)))).alias(OUT_OF_ORDER),
         ),
     )
     # Points shared by several rows: the last of them holds the whole state (RANGE frame).
-    last_of_point = E.col("_next").isNull() | (E.col("_next") != E.col(SPAN_FROM))
+    window = window.where((E.col("_next").isNull() | (E.col("_next") != E.col("_point"))).column())
+    # A group read from index 0 whose state first changes later also has a span [0, first point):
+    # its events read, nothing applied.
+    point = E.col("_point")
+    opens_early = (point == E.col("_first_point")) & (point > 0) & (E.col("_z_rows") > 0)
+    window = window.select(
+        "*",
+        F.explode(
+            E.when(opens_early, E.array(E.lit(True), E.lit(False))).otherwise(E.array(E.lit(False))).column()
+        ).alias("_early"),
+    )
+    early = E.col("_early")
+
+    def applied_only(name: str, empty: Expr) -> Expr:
+        return E.when(early, empty).otherwise(E.col(name)).alias(name)
+
+    def read_total(name: str) -> Expr:
+        z, r = E.col(f"_z_{name}"), E.col(f"_r_{name}")
+        if name in ("first", "key_names"):
+            return E.when(early, z).otherwise(E.least(z, r))["v"].alias(name)
+        return E.when(early, z).otherwise(z + r)
+
+    schema = window.schema
+    zero_counts = E.struct(*[E.lit(0).cast("long").alias(name) for name in COUNTS])
+    changes_read = read_total("changes")
+    changes_applied = E.when(early, E.lit(0)).otherwise(E.col("_changes_applied"))
+    spans = window.select(
+        *_GROUP,
+        *E.columns(
+            E.when(early, E.lit(0)).otherwise(point).alias(SPAN_FROM),
+            E.when(early, point).otherwise(E.col("_next")).alias("_next"),
+            applied_only("_last_move", E.null(schema["_last_move"].dataType.simpleString())),
+            read_total("n").alias("n"),
+            (changes_read - changes_applied).alias("after_as_of"),
+            read_total("unpositioned").alias("unpositioned"),
+            applied_only("reset", E.null(schema["reset"].dataType.simpleString())),
+            applied_only("counts", zero_counts),
+            applied_only("last", E.null(schema["last"].dataType.simpleString())),
+            applied_only("last_event_ms", E.null("bigint")),
+            applied_only("type_sigs", E.array().cast(schema["type_sigs"].dataType.simpleString())),
+            applied_only("ddl_changes", E.array().cast(schema["ddl_changes"].dataType.simpleString())),
+            read_total("first"),
+            read_total("key_names"),
+            E.col(OUT_OF_ORDER),
+        ),
+    )
     # Events that apply at no AS OF (index as_of_count) only end the span before them.
     return (
-        spans.where((last_of_point & (E.col(SPAN_FROM) < as_of_count)).column())
+        spans.where((E.col(SPAN_FROM) < as_of_count).column())
         .withColumn(SPAN_TO, E.coalesce(E.col("_next"), E.lit(as_of_count)).column())
         .drop("_next")
     )
@@ -650,7 +726,7 @@ def at_index(rows: DataFrame, index: int) -> DataFrame:
 
 
 def with_buckets(events: DataFrame, as_ofs: Sequence[int], visible: DataFrame | None) -> DataFrame:
-    """``events`` with ``VISIBLE`` and ``BUCKET`` for the AS OFs ``as_ofs`` (sorted) of ``fold_buckets``.
+    """``events`` with ``VISIBLE`` and ``BUCKET`` for the AS OFs ``as_ofs`` (sorted) of ``fold_spans``.
 
     ``visible``: ``file, _visible`` for files that some of the AS OFs do not read (None: all read
     every file). An event applies from the first AS OF at or after its own time that reads its file.
