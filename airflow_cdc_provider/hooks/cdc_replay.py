@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
+from airflow_cdc_provider.contract import jvm
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.checks import CdcJobArgumentError
 from airflow_cdc_provider.contract.metrics import METRICS_FILE
@@ -178,8 +179,12 @@ class CdcReplayHook(BaseHook):
             ) from None
         return spark_target_from_connection(conn)
 
-    def submit_conf(self, target: SparkTarget) -> dict[str, str]:
-        """Spark properties for the submission: the user's, plus defaults for this machine's masters."""
+    def submit_conf(self, target: SparkTarget, java_options: Sequence[str] = ()) -> dict[str, str]:
+        """Spark properties for the submission: the user's, plus defaults for this machine's masters.
+
+        ``java_options`` (``jvm.java_options_for`` the job's inputs) go to a local-mode driver's JVM,
+        ahead of the user's own ``spark.driver.extraJavaOptions``.
+        """
         conf = {str(k): str(v) for k, v in self.spark_conf.items()}
         if self.driver_log_level:
             conf.setdefault("spark.log.level", self.driver_log_level)
@@ -191,6 +196,9 @@ class CdcReplayHook(BaseHook):
             # In local mode the driver JVM does all the work; spark-submit starts it before the job
             # can configure anything, so the job's own local default (jobs/session.py) goes here.
             conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
+            merged = jvm.merged_java_options(java_options, conf.get(jvm.JAVA_OPTIONS_CONF))
+            if merged:
+                conf[jvm.JAVA_OPTIONS_CONF] = merged
         elif target.is_loopback:
             # A cluster on this machine runs its executors here too: give their Python workers this
             # interpreter, which has the package and its dependencies.
@@ -227,7 +235,9 @@ class CdcReplayHook(BaseHook):
         target = self.spark_target()
         error_file = self._new_error_file() if target.driver_is_local else None
         self._submission_token = f"cdc-replay-{uuid.uuid4().hex}"
-        conf = {**self.submit_conf(target), SUBMISSION_TOKEN_CONF: self._submission_token}
+        paths = [*request.input_paths, *([request.base_path] if request.base_path else [])]
+        java_options = jvm.java_options_for(paths) if target.master.startswith("local") else []
+        conf = {**self.submit_conf(target, java_options), SUBMISSION_TOKEN_CONF: self._submission_token}
         try:
             self._submit_hook = SparkSubmitHook(
                 conf=conf,

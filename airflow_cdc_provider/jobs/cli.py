@@ -55,7 +55,7 @@ def _write_error_file(path: str | None, exc: BaseException) -> None:
 def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
     """``snapshot`` or ``history``: run the job, print its metrics, write its error for the operator."""
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
-    from airflow_cdc_provider.jobs import driver_jvm
+    from airflow_cdc_provider.contract.jvm import java_options_for
     from airflow_cdc_provider.jobs.session import build_session
     from airflow_cdc_provider.replay.engine import SnapshotSpec, run_history, run_snapshots
 
@@ -64,7 +64,7 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
         specs = SnapshotSpec.each_from_job_args(SnapshotArgs.from_namespace(args, history=history))
         get_decoder(specs[0].source_format)
         job = specs[0]
-        java_options = driver_jvm.java_options_for([*job.inputs, *([job.base] if job.base else [])])
+        java_options = java_options_for([*job.inputs, *([job.base] if job.base else [])])
         spark = build_session(master=master, java_options=java_options)
         written = [run_history(spark, specs[0])] if history else run_snapshots(spark, specs)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line and an exit code

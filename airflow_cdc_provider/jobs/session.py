@@ -6,10 +6,8 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
+from airflow_cdc_provider.contract import jvm
 from airflow_cdc_provider.contract.args import DEFAULT_MASTER
-from airflow_cdc_provider.jobs import driver_jvm
-
-_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 # Settings the replay relies on, whatever the master.
 _JOB_CONF = {
@@ -45,18 +43,18 @@ def session_conf(
     """The properties a session starts with: the job's, a local master's, then ``extra_conf``.
 
     An embedded local driver's JVM gets ``java_options`` ahead of any ``spark.driver.extraJavaOptions``
-    in ``extra_conf`` (the later of two equal options wins, so the caller's stay in force); None
-    means ``driver_jvm.java_options(small_input=False)``: the class archive, when one is built.
+    in ``extra_conf``; None means ``jvm.java_options(small_input=False)``: the class archive, when
+    one is built.
     """
     conf = dict(_JOB_CONF)
     extra = dict(extra_conf or {})
     if master is not None and master.startswith("local"):
         conf.update(_LOCAL_CONF)
         if java_options is None:
-            java_options = driver_jvm.java_options(small_input=False)
-        given = extra.pop(_JAVA_OPTIONS, "")
-        if java_options or given:
-            conf[_JAVA_OPTIONS] = " ".join([*java_options, given]).strip()
+            java_options = jvm.java_options(small_input=False)
+        merged = jvm.merged_java_options(java_options, extra.pop(jvm.JAVA_OPTIONS_CONF, None))
+        if merged:
+            conf[jvm.JAVA_OPTIONS_CONF] = merged
     conf.update(extra)
     return conf
 

@@ -298,6 +298,16 @@ def test_submit_conf_defaults_only_for_local_masters():
     }  # fmt: skip
 
 
+def test_a_local_mode_driver_gets_the_jvm_options_ahead_of_the_users_own():
+    hook = CdcReplayHook(spark_conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+    quick = ["-XX:TieredStopAtLevel=1"]
+    local = hook.submit_conf(SparkTarget("local[2]"), quick)
+    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -Dmine=1"
+    cluster = hook.submit_conf(SparkTarget("spark://127.0.0.1:7077"), quick)
+    assert cluster["spark.driver.extraJavaOptions"] == "-Dmine=1"
+    assert "spark.driver.extraJavaOptions" not in CdcReplayHook().submit_conf(SparkTarget("local[2]"), [])
+
+
 def test_driver_log_level_is_spark_log_level_unless_left_to_spark():
     target = SparkTarget("spark://cluster:7077")
     assert CdcReplayHook(driver_log_level="info").submit_conf(target) == {"spark.log.level": "INFO"}

@@ -1,4 +1,4 @@
-"""The embedded driver's JVM options: the class archive and quick compilation for small inputs."""
+"""A local driver's JVM options: the class archive and quick compilation for small inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from airflow_cdc_provider.jobs import driver_jvm
+from airflow_cdc_provider.contract import jvm
+from airflow_cdc_provider.jobs.class_archive import build_class_archive
 from airflow_cdc_provider.jobs.session import session_conf
 
 ARCHIVE = "-XX:SharedArchiveFile="
@@ -15,7 +16,7 @@ QUICK = "-XX:TieredStopAtLevel=1"
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv(driver_jvm.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -25,32 +26,32 @@ def test_local_input_bytes_adds_up_files_and_stops_counting_past_the_limit(tmp_p
     (tmp_path / "in" / "b.json").write_bytes(b"y" * 200)
     (tmp_path / "one.json").write_bytes(b"z" * 50)
     paths = [str(tmp_path / "in"), f"file://{tmp_path / 'one.json'}"]
-    assert driver_jvm.local_input_bytes(paths, limit=10_000) == 550
-    assert 100 < driver_jvm.local_input_bytes(paths, limit=100) <= 550
-    assert driver_jvm.local_input_bytes([str(tmp_path / "missing")], limit=100) == 0
-    assert driver_jvm.local_input_bytes([str(tmp_path / "in"), "s3a://lake/cdc"], limit=10_000) is None
+    assert jvm.local_input_bytes(paths, limit=10_000) == 550
+    assert 100 < jvm.local_input_bytes(paths, limit=100) <= 550
+    assert jvm.local_input_bytes([str(tmp_path / "missing")], limit=100) == 0
+    assert jvm.local_input_bytes([str(tmp_path / "in"), "s3a://lake/cdc"], limit=10_000) is None
 
 
 def test_small_local_inputs_get_quick_compilation_and_large_or_remote_ones_do_not(
     tmp_path, cache_dir, monkeypatch
 ):
     (tmp_path / "a.json").write_bytes(b"x" * 1000)
-    assert driver_jvm.java_options_for([str(tmp_path)]) == [QUICK]
-    monkeypatch.setattr(driver_jvm, "QUICK_START_MAX_BYTES", 999)
-    assert driver_jvm.java_options_for([str(tmp_path)]) == []
-    assert driver_jvm.java_options_for(["hdfs://nn/landing"]) == []
+    assert jvm.java_options_for([str(tmp_path)]) == [QUICK]
+    monkeypatch.setattr(jvm, "QUICK_START_MAX_BYTES", 999)
+    assert jvm.java_options_for([str(tmp_path)]) == []
+    assert jvm.java_options_for(["hdfs://nn/landing"]) == []
 
 
 def test_the_class_archive_is_used_once_built_and_named_for_this_jdk_and_pyspark(cache_dir):
     import pyspark
 
-    archive = driver_jvm.class_archive_path()
+    archive = jvm.class_archive_path()
     assert archive.parent == cache_dir / "airflow-cdc-provider"
     assert archive.name.startswith(f"spark-{pyspark.__version__}-") and archive.suffix == ".jsa"
-    assert driver_jvm.java_options(small_input=False) == []
+    assert jvm.java_options(small_input=False) == []
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"not an archive: a JVM ignores it and starts without")
-    assert driver_jvm.java_options(small_input=True) == [f"{ARCHIVE}{archive}", QUICK]
+    assert jvm.java_options(small_input=True) == [f"{ARCHIVE}{archive}", QUICK]
 
 
 def test_an_embedded_driver_gets_the_options_before_the_callers_and_a_cluster_driver_none(cache_dir):
@@ -70,14 +71,14 @@ def test_the_built_archive_maps_into_a_jvm_with_the_sessions_class_path(spark, t
     ``-Xshare:on`` makes a JVM refuse to start when the archive does not match its class path and
     JDK, where the drivers (``-Xshare:auto``) would quietly start without it.
     """
-    archive = driver_jvm.class_archive_path()
+    archive = jvm.class_archive_path()
     if not archive.is_file():
-        monkeypatch.setenv(driver_jvm.CACHE_DIR_ENV, str(tmp_path))
-        archive = driver_jvm.build_class_archive()
+        monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path))
+        archive = build_class_archive()
         assert archive.parent == tmp_path / "airflow-cdc-provider"
     assert [p.name for p in archive.parent.iterdir() if p.name.endswith(".partial")] == []
     class_path = spark._jvm.System.getProperty("java.class.path")
-    java = str(driver_jvm.java_binary())
+    java = str(jvm.java_binary())
     started = subprocess.run(
         [java, "-Xshare:on", f"{ARCHIVE}{archive}", "-cp", class_path, "-version"],
         capture_output=True,
