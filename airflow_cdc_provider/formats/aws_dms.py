@@ -396,7 +396,7 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
             KIND_QUARANTINED,
             Q_IMAGE_NOT_OBJECT,
         ),
-        (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (bad.isNotNull(), KIND_QUARANTINED, bad),
         (record_type == "control", KIND_IGNORED, IGNORED_DDL),
         (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
         (op.isNull() | (record_type.isNotNull() & (record_type != "data")), KIND_QUARANTINED, Q_UNKNOWN_OP),
@@ -405,7 +405,6 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
         ((op != OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
         ((op == OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
     )
-    reason = E.when(reason == "<bad>", bad).otherwise(reason)
     is_change = kind == KIND_CHANGE
     return staged.select(
         *canonical(
@@ -650,12 +649,11 @@ def _tabular_events(rows: DataFrame) -> DataFrame:
         op = op.when(code == letter, E.lit(_OPS[letter]))
     bad = E.col("bad")
     kind, reason = classify(
-        (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (bad.isNotNull(), KIND_QUARANTINED, bad),
         (has_op & E.coalesce(code == "", E.lit(True)), KIND_QUARANTINED, Q_MISSING_OP),
         (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
         (E.col("ts_bad") | E.col("convert_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
     )
-    reason = E.when(reason == "<bad>", bad).otherwise(reason)
     is_change = kind == KIND_CHANGE
     file_ms = E.col("file_ms")
     time_us = E.coalesce(E.col("ts_us"), file_ms * 1000)

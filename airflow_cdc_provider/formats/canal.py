@@ -377,9 +377,9 @@ class CanalJsonDecoder(Decoder):
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (E.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("bad").isNotNull(), KIND_QUARANTINED, E.col("bad")),
             (truncate & table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (truncate, KIND_CHANGE, ""),
+            (truncate, KIND_CHANGE, None),
             (E.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
             (kind_type.isin(*_HEARTBEAT_TYPES), KIND_IGNORED, IGNORED_HEARTBEAT),
             (kind_type.isin(*_TRANSACTION_TYPES), KIND_IGNORED, IGNORED_TRANSACTION),
@@ -396,7 +396,6 @@ class CanalJsonDecoder(Decoder):
             (rows < 1, KIND_QUARANTINED, Q_MISSING_IMAGE),
             (E.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
         )
-        reason = E.when(reason == "<bad>", E.col("bad")).when(reason == "", E.lit(None)).otherwise(reason)
         op = E.when(kind == KIND_CHANGE, E.when(truncate, E.lit(OP_TRUNCATE)).otherwise(op))
         return typed.select(
             "*", *E.columns(kind.alias("kind"), reason.alias("reason"), op.alias("event_op"))

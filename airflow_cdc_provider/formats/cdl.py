@@ -180,7 +180,7 @@ class CdlJsonDecoder(Decoder):
         heartbeat = ~has_operation & data.isNull() & before.isNull() & p["HEARTBEAT_IDENTIFIER"].isNotNull()
         kind, reason = classify(
             (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (E.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("bad").isNotNull(), KIND_QUARANTINED, E.col("bad")),
             (heartbeat, KIND_IGNORED, IGNORED_HEARTBEAT),
             (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
@@ -199,7 +199,6 @@ class CdlJsonDecoder(Decoder):
                 Q_KEY_UNKNOWN,
             ),
         )
-        reason = E.when(reason == "<bad>", E.col("bad")).otherwise(reason)
         # A delete names its row in `before`; failing that, in `data` or by its key values in `unique`.
         before_image = E.when(op == OP_DELETE, E.coalesce(before_typed, after_typed, unique_typed)).otherwise(
             before_typed

@@ -281,7 +281,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             KIND_QUARANTINED,
             Q_IMAGE_NOT_OBJECT,
         ),
-        (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+        (bad.isNotNull(), KIND_QUARANTINED, bad),
         (e["status"].isin("BEGIN", "END") & ~has_row_change, KIND_IGNORED, IGNORED_TRANSACTION),
         (e["ddl"].isNotNull() & ~has_row_change, KIND_IGNORED, IGNORED_DDL),
         (raw_op == "m", KIND_IGNORED, "logical decoding message"),
@@ -306,7 +306,6 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             Q_KEY_UNKNOWN,
         ),
     )
-    reason = E.when(reason == "<bad>", bad).otherwise(reason)
     unique = e["unique"]
     key_cols = E.when(hbase, E.array(E.lit("ROW"))).otherwise(E.when(unique.isNotNull(), E.map_keys(unique)))
     # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.

@@ -583,7 +583,7 @@ class DebeziumMongodbDecoder(Decoder):
         kind, reason = classify(
             (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (bad.isNull() & E.col("is_key"), KIND_IGNORED, IGNORED_KAFKA_KEY),
-            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (bad.isNotNull(), KIND_QUARANTINED, bad),
             (e["status"].isin("BEGIN", "END") & ~has_op, KIND_IGNORED, IGNORED_TRANSACTION),
             (
                 ~has_op & e["ts_ms"].isNotNull() & src.isNull() & e["no_documents"],
@@ -599,7 +599,6 @@ class DebeziumMongodbDecoder(Decoder):
             (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & after_c.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
             ((op == OP_DELETE) & before_c.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
         )
-        reason = E.when(reason == "<bad>", bad).otherwise(reason)
         is_change = kind == KIND_CHANGE
         applied_image = E.when(op == OP_DELETE, before_c).otherwise(after_c)
         # Whether any value is declared, read off the structs (the types map is built once).

@@ -139,18 +139,27 @@ def canonical(**columns: Expr) -> list[Column]:
     return out
 
 
-def classify(*cases: tuple[Expr, str, str], default_kind: Expr | str = KIND_CHANGE) -> tuple[Expr, Expr]:
+def classify(
+    *cases: tuple[Expr, str, str | Expr | None], default_kind: Expr | str = KIND_CHANGE
+) -> tuple[Expr, Expr]:
     """Build (kind, reason) from ``(condition, kind, reason)`` cases, first match wins.
 
-    Keeps each decoder's list of "what makes a record bad" in one readable table: one CASE each.
+    Keeps each decoder's list of "what makes a record bad" in one readable table. A reason is a
+    text, an expression (the decoder's own message, such as a parse error) or None. Both results
+    read one CASE of (kind, reason) pairs, so a projection holding both tests the conditions once.
     """
+
+    def outcome(kind: Expr, reason: str | Expr | None) -> Expr:
+        text = E.null("string") if reason is None else reason if isinstance(reason, Expr) else E.lit(reason)
+        return E.struct(kind.alias("kind"), text.alias("reason"))
+
+    condition, kind, reason = cases[0]
+    chosen = E.when(condition, outcome(E.lit(kind), reason))
+    for condition, kind, reason in cases[1:]:
+        chosen = chosen.when(condition, outcome(E.lit(kind), reason))
     default = E.lit(default_kind) if isinstance(default_kind, str) else default_kind
-    kind = E.when(cases[0][0], E.lit(cases[0][1]))
-    reason = E.when(cases[0][0], E.lit(cases[0][2]))
-    for condition, case_kind, case_reason in cases[1:]:
-        kind = kind.when(condition, E.lit(case_kind))
-        reason = reason.when(condition, E.lit(case_reason))
-    return kind.otherwise(default), reason.otherwise(E.null("string"))
+    chosen = chosen.otherwise(outcome(default, None))
+    return chosen["kind"], chosen["reason"]
 
 
 def empty_image() -> Expr:

@@ -199,7 +199,7 @@ class MaxwellJsonDecoder(Decoder):
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (bad.isNotNull(), KIND_QUARANTINED, bad),
             (E.col("type_text").isNull() | (type_ == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (E.col("is_ddl"), KIND_IGNORED, IGNORED_DDL),
             (type_.isin(*_BOOTSTRAP_MARKERS), KIND_IGNORED, IGNORED_BOOTSTRAP),
@@ -209,7 +209,6 @@ class MaxwellJsonDecoder(Decoder):
             ((op == OP_DELETE) & data.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
             (data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
         )
-        reason = E.when(reason == "<bad>", bad).otherwise(reason)
         is_change = kind == KIND_CHANGE
         ddl = (kind == KIND_IGNORED) & (reason == IGNORED_DDL)
         before = E.when(op == OP_DELETE, data).when(op == OP_UPDATE, overlay(data, E.col("old")))

@@ -131,7 +131,7 @@ class OggJsonDecoder(Decoder):
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (bad.isNotNull(), KIND_QUARANTINED, bad),
             (op_text.isNull() | (op_text == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
@@ -139,7 +139,6 @@ class OggJsonDecoder(Decoder):
             (op.isin(OP_INSERT, OP_UPDATE) & after.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
             ((op == OP_DELETE) & before.isNull() & after.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
         )
-        reason = E.when(reason == "<bad>", bad).otherwise(reason)
         is_change = kind == KIND_CHANGE
         # Compressed updates: the after image carries only the key and the changed columns. A full
         # image carries some column whose value did not change; without a before image nobody can tell.

@@ -433,7 +433,7 @@ class QlikJsonDecoder(Decoder):
         )
         kind, reason = classify(
             (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (E.col("bad").isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (E.col("bad").isNotNull(), KIND_QUARANTINED, E.col("bad")),
             (E.col("j.type") == "MD", KIND_IGNORED, IGNORED_DDL),
             (E.col("j.type").isNotNull() & (E.col("j.type") != "DT"), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
@@ -449,7 +449,6 @@ class QlikJsonDecoder(Decoder):
             ),
             ((op == OP_DELETE) & E.col("_before_img").isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
         )
-        reason = E.when(reason == "<bad>", E.col("bad")).otherwise(reason)
         # Full-load rows carry no change sequence: they order before every change.
         log_pos = E.when(op == OP_READ, E.array(*[E.lit(0).cast("bigint")] * 3)).otherwise(
             change_sequence_position(headers["changeSequence"])

@@ -235,7 +235,7 @@ class ShareplexJsonDecoder(Decoder):
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),
-            (bad.isNotNull(), KIND_QUARANTINED, "<bad>"),
+            (bad.isNotNull(), KIND_QUARANTINED, bad),
             (E.col("op_text").isNull() | (E.trim("op_text") == ""), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
@@ -249,7 +249,6 @@ class ShareplexJsonDecoder(Decoder):
                 Q_KEY_UNKNOWN,
             ),
         )
-        reason = E.when(reason == "<bad>", bad).otherwise(reason)
 
         # rowid goes last: the table's own columns keep their order before it.
         rowid_image = E.col("rowid_image")
