@@ -181,3 +181,18 @@ def test_report_counts_spark_jobs_and_times_call_sites(debezium):
         sum(p["seconds"] for p in c["phases"]) >= c["seconds"] - 0.01
     )  # jobs may overlap, never leave time out
     assert "median run, time per call site" in report_text(report)
+
+
+def test_cold_runs_rebuild_the_sample_in_their_own_process(capsys):
+    """``benchmarks.cold``: a fresh ``cdc-replay`` process per run, its rows checked against expected.json."""
+    import re
+
+    from benchmarks.cold import main as cold_main
+
+    assert cold_main(["--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert re.fullmatch(
+        r"cold cdc-replay on the bundled sample, with the class archive \(if built\): "
+        r"median (\d+\.\d\d) s \((\d+\.\d\d)\)\n",
+        printed,
+    ), printed
