@@ -20,33 +20,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib.resources import files
 from pathlib import Path
 
 from airflow_cdc_provider.contract.jvm import CACHE_DIR_ENV
+from airflow_cdc_provider.sample_data import SAMPLE_EXPECTED, replay_arguments
 
-SAMPLE = files("airflow_cdc_provider") / "sample_data"
 CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 
 
 def cold_run(out: Path, env: dict[str, str]) -> float:
     """One ``cdc-replay snapshot`` of the sample in its own process; its wall clock in seconds."""
-    expected = json.loads((SAMPLE / "expected.json").read_text())
-    command = [
-        str(CDC_REPLAY),
-        "snapshot",
-        "--format",
-        expected["format"],
-        "--input",
-        str(SAMPLE / "debezium"),
-    ]
-    command += ["--as-of", expected["as_of"], "--key", ",".join(expected["key"]), "--output", str(out)]
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [str(CDC_REPLAY), *replay_arguments(str(out))],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"cdc-replay failed ({done.returncode}): {done.stderr[-2000:]}")
     metrics = json.loads((out / "_cdc_metrics.json").read_text())
+    expected = json.loads(SAMPLE_EXPECTED.read_text())
     got = {name: table["rows"] for name, table in metrics["tables"].items()}
     want = {name: table["rows"] for name, table in expected["tables"].items()}
     if got != want:

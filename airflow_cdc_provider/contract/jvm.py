@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from importlib.metadata import version
 from pathlib import Path
 
+from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.paths import is_local_path, local_path
 
 QUICK_START_MAX_BYTES = 64 * 1024 * 1024
@@ -89,8 +90,10 @@ def local_input_bytes(paths: Iterable[str], limit: int) -> int | None:
     return total
 
 
-def java_options_for(paths: Iterable[str]) -> list[str]:
-    """``java_options`` for a run that reads ``paths``: small when they are local and add up to little."""
+def java_options_for(request: SnapshotArgs) -> list[str]:
+    """``java_options`` for a run of ``request``: small when its inputs (and ``--base``) are local
+    and add up to little."""
+    paths = [*request.input_paths, *([request.base_path] if request.base_path else [])]
     size = local_input_bytes(paths, QUICK_START_MAX_BYTES)
     return java_options(small_input=size is not None and size <= QUICK_START_MAX_BYTES)
 

@@ -235,8 +235,7 @@ class CdcReplayHook(BaseHook):
         target = self.spark_target()
         error_file = self._new_error_file() if target.driver_is_local else None
         self._submission_token = f"cdc-replay-{uuid.uuid4().hex}"
-        paths = [*request.input_paths, *([request.base_path] if request.base_path else [])]
-        java_options = jvm.java_options_for(paths) if target.master.startswith("local") else []
+        java_options = jvm.java_options_for(request) if target.master.startswith("local") else []
         conf = {**self.submit_conf(target, java_options), SUBMISSION_TOKEN_CONF: self._submission_token}
         try:
             self._submit_hook = SparkSubmitHook(

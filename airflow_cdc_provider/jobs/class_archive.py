@@ -13,7 +13,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.jvm import class_archive_path
 
 _MODULE = "airflow_cdc_provider.jobs.class_archive"
@@ -46,22 +45,15 @@ def build_class_archive() -> Path:
 
 
 def _replay_sample(partial: str, work: str) -> None:
-    """The child of ``build_class_archive``: one sample rebuild, then wait for the JVM's exit."""
-    from importlib.resources import files
-
+    """The child of ``build_class_archive``: the quickstart's rebuild, then wait for the JVM's exit."""
+    from airflow_cdc_provider.jobs import cli
     from airflow_cdc_provider.jobs.session import build_session
-    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_snapshots
+    from airflow_cdc_provider.sample_data import replay_arguments
 
-    sample = files("airflow_cdc_provider") / "sample_data" / "debezium"
+    # Started first, so the command's own session is this one, whose JVM writes the archive.
     spark = build_session(java_options=[f"-XX:ArchiveClassesAtExit={partial}"])
-    args = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=[str(sample)],
-        output_path=os.path.join(work, "snapshot"),
-        as_of="2024-09-02T09:00:00+00:00",
-        key_columns="id",
-    )
-    run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+    if cli.main(replay_arguments(os.path.join(work, "snapshot"))) != cli.EXIT_OK:
+        raise RuntimeError("the sample's rebuild failed: no class archive")
     gateway = spark.sparkContext._gateway
     spark.stop()
     # The JVM dumps the archive as it exits, which it does once its stdin closes.

@@ -61,11 +61,10 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
 
     try:
         history = args.command == "history"
-        specs = SnapshotSpec.each_from_job_args(SnapshotArgs.from_namespace(args, history=history))
+        request = SnapshotArgs.from_namespace(args, history=history)
+        specs = SnapshotSpec.each_from_job_args(request)
         get_decoder(specs[0].source_format)
-        job = specs[0]
-        java_options = java_options_for([*job.inputs, *([job.base] if job.base else [])])
-        spark = build_session(master=master, java_options=java_options)
+        spark = build_session(master=master, java_options=java_options_for(request))
         written = [run_history(spark, specs[0])] if history else run_snapshots(spark, specs)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line and an exit code
         _write_error_file(args.error_file, exc)

@@ -444,6 +444,7 @@ class _Terms:
     """What each event contributes to its group's folded state, shared by ``fold`` and ``fold_spans``."""
 
     ord: Expr  # position order
+    partial_update: Expr  # an applied update carrying only some columns
     reset: Expr  # an applied insert, read, full-image update or delete
     resetting: Expr  # what a reset leaves: struct(ord, op, after)
     moved_away: Expr  # the old-key half of an applied key change
@@ -466,6 +467,7 @@ def _terms(keyed: DataFrame) -> _Terms:
     counted = not_moved & ~from_base
     return _Terms(
         ord=ord_,
+        partial_update=partial_update,
         # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
         # row's state just before it can still be rebuilt and carried to the new key.
         reset=applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & not_moved,
@@ -504,10 +506,9 @@ def _fold_aggregates(
         ord_.alias("ord"), E.col("_new_key").alias("to"), E.col("_moved_partially").alias("partial")
     )
     if partial_images:
-        partial_update = applied & (E.col("op") == OP_UPDATE) & E.col("partial")
         lists = [
             E.collect_list(E.when(t.reset, t.resetting)).alias("resets"),
-            E.collect_list(E.when(partial_update, E.struct(ord_.alias("ord"), E.col("after")))).alias(
+            E.collect_list(E.when(t.partial_update, E.struct(ord_.alias("ord"), E.col("after")))).alias(
                 "partials"
             ),
             E.collect_list(E.when(t.moved_away, move)).alias("moves_out"),

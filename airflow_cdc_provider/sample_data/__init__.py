@@ -1,6 +1,6 @@
 """Where the bundled sample landing is (``sample_data/``), for the example DAGs and their tests.
 
-Only paths are computed here; nothing is read, so DAG files can import it at parse time.
+Only paths and arguments are computed here; nothing is read, so DAG files can import it at parse time.
 """
 
 from __future__ import annotations
@@ -14,3 +14,12 @@ SAMPLE_EXPECTED = SAMPLE_DATA_DIR / "expected.json"
 # The point-in-time example's defaults (sample_data/README.md documents the snapshot they give).
 SAMPLE_AS_OF = "2024-09-02T09:00:00+00:00"
 SAMPLE_TABLE = "default.customers"
+
+
+def replay_arguments(output: str) -> list[str]:
+    """The ``cdc-replay`` arguments that rebuild the sample as of ``SAMPLE_AS_OF`` into ``output``
+    (what ``scripts/quickstart.sh`` runs; ``expected.json`` holds the snapshot they give)."""
+    return [
+        *("snapshot", "--format", "debezium-json", "--input", SAMPLE_LANDING),
+        *("--as-of", SAMPLE_AS_OF, "--key", "id", "--output", output),
+    ]

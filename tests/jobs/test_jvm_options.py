@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from airflow_cdc_provider.contract import jvm
+from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.jobs.class_archive import build_class_archive
 from airflow_cdc_provider.jobs.session import session_conf
 
@@ -35,11 +36,26 @@ def test_local_input_bytes_adds_up_files_and_stops_counting_past_the_limit(tmp_p
 def test_small_local_inputs_get_quick_compilation_and_large_or_remote_ones_do_not(
     tmp_path, cache_dir, monkeypatch
 ):
-    (tmp_path / "a.json").write_bytes(b"x" * 1000)
-    assert jvm.java_options_for([str(tmp_path)]) == [QUICK]
+    def request(*inputs: str, base: str | None = None) -> SnapshotArgs:
+        return SnapshotArgs.build(
+            source_format="debezium-json",
+            input_paths=list(inputs),
+            output_path=str(tmp_path / "out"),
+            as_of="2024-01-01T00:00:00Z",
+            base_path=base,
+        )
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_bytes(b"x" * 1000)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "part.parquet").write_bytes(b"y" * 500)
+    assert jvm.java_options_for(request(str(tmp_path / "in"))) == [QUICK]
     monkeypatch.setattr(jvm, "QUICK_START_MAX_BYTES", 999)
-    assert jvm.java_options_for([str(tmp_path)]) == []
-    assert jvm.java_options_for(["hdfs://nn/landing"]) == []
+    assert jvm.java_options_for(request(str(tmp_path / "in"))) == []
+    assert jvm.java_options_for(request("hdfs://nn/landing")) == []
+    monkeypatch.setattr(jvm, "QUICK_START_MAX_BYTES", 1200)
+    assert jvm.java_options_for(request(str(tmp_path / "in"))) == [QUICK]
+    assert jvm.java_options_for(request(str(tmp_path / "in"), base=str(tmp_path / "base"))) == []
 
 
 def test_the_class_archive_is_used_once_built_and_named_for_this_jdk_and_pyspark(cache_dir):
