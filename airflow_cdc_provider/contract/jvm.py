@@ -7,7 +7,8 @@ compiling Catalyst's code paths are the bulk. Two standard HotSpot features cut 
 - **A class data archive** (AppCDS, ``-XX:SharedArchiveFile``): the classes a replay loads, parsed
   and verified once and memory-mapped by later JVMs. ``python -m airflow_cdc_provider.jobs.class_archive``
   builds it by replaying the bundled sample (``scripts/install.sh`` does); without it nothing changes.
-  A JVM that finds the archive stale (another JDK build or Spark release) ignores it silently.
+  A JVM that finds the archive stale (another JDK build, Spark release or install location)
+  ignores it silently.
 - **Quick compilation for small inputs** (``-XX:TieredStopAtLevel=1``): the client compiler only.
   It wins while warm-up dominates (a cold run over 30 MB: 21 s against 26 s) and loses once the data
   does (245 MB: 44 s against 38 s), so it is used only when every input is local and their total
@@ -24,7 +25,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import Iterable
-from importlib.metadata import version
+from importlib.metadata import distribution
 from pathlib import Path
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
@@ -47,22 +48,35 @@ def java_binary() -> Path | None:
 
 
 def class_archive_path() -> Path | None:
-    """The archive for this JDK and this PySpark, or None without a ``java``.
+    """The archive for this JDK and this PySpark installation, or None without a ``java``.
 
-    The name changes with the JDK binary (path, size, modification time) and PySpark's version, so
-    an upgrade of either builds a new archive instead of handing the JVM one it would reject.
+    A JVM maps an archive only when its class path starts with the jars the archive was dumped
+    from, at the same place and unchanged. So the name changes with the JDK binary (path, size,
+    modification time) and with PySpark's version, jar directory and that directory's modification
+    time: a second virtual environment, or a reinstall, builds its own archive instead of handing
+    the JVM one it would reject.
     """
     java = java_binary()
     if java is None:
         return None
-    spark = version("pyspark")
-    stat = java.stat()
-    identity = f"{java}|{stat.st_size}|{stat.st_mtime_ns}|{spark}"
+    pyspark = distribution("pyspark")
+    jars = Path(pyspark.locate_file("pyspark/jars")).resolve()
+    identity = "|".join(
+        str(part)
+        for part in (
+            java,
+            java.stat().st_size,
+            java.stat().st_mtime_ns,
+            pyspark.version,
+            jars,
+            jars.stat().st_mtime_ns if jars.is_dir() else 0,
+        )
+    )
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     cache = Path(
         os.environ.get(CACHE_DIR_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     )
-    return cache / "airflow-cdc-provider" / f"spark-{spark}-{digest}.jsa"
+    return cache / "airflow-cdc-provider" / f"spark-{pyspark.version}-{digest}.jsa"
 
 
 def local_input_bytes(paths: Iterable[str], limit: int) -> int | None:

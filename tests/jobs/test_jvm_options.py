@@ -70,6 +70,26 @@ def test_the_class_archive_is_used_once_built_and_named_for_this_jdk_and_pyspark
     assert jvm.java_options(small_input=True) == [f"{ARCHIVE}{archive}", QUICK]
 
 
+def test_another_pyspark_installation_gets_its_own_archive(cache_dir, tmp_path, monkeypatch):
+    """A JVM rejects an archive dumped from jars elsewhere (a second virtual environment, or CI's
+    checkout beside a developer's), so each installation is named apart."""
+    here = jvm.class_archive_path()
+    installed = jvm.distribution("pyspark")
+
+    class Elsewhere:
+        version = installed.version
+
+        @staticmethod
+        def locate_file(path):
+            return tmp_path / "other-venv" / path
+
+    (tmp_path / "other-venv" / "pyspark" / "jars").mkdir(parents=True)
+    monkeypatch.setattr(jvm, "distribution", lambda name: Elsewhere)
+    elsewhere = jvm.class_archive_path()
+    assert (elsewhere.parent, elsewhere.name.split("-")[:2]) == (here.parent, here.name.split("-")[:2])
+    assert elsewhere != here
+
+
 def test_an_embedded_driver_gets_the_options_before_the_callers_and_a_cluster_driver_none(cache_dir):
     given = {"spark.driver.extraJavaOptions": "-Dcaller=1", "spark.executor.memory": "1g"}
     local = session_conf("local[2]", given, [QUICK])
