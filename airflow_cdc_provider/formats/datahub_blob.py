@@ -349,10 +349,10 @@ def _transactions(events: DataFrame) -> DataFrame:
     marked = events.select(
         "*",
         *E.columns(
-            Expr(f"max({begin.sql}) OVER ({upto})").alias("_begun"),
-            Expr(f"max({end.sql}) OVER ({upto})").alias("_ended"),
-            Expr(f"min({begin.sql}) OVER ({onward})").alias("_next_begin"),
-            Expr(f"min({end.sql}) OVER ({onward})").alias("_next_end"),
+            E.max(begin).over(upto).alias("_begun"),
+            E.max(end).over(upto).alias("_ended"),
+            E.min(begin).over(onward).alias("_next_begin"),
+            E.min(end).over(onward).alias("_next_end"),
         ),
     )
     begun, ended = E.col("_begun"), E.col("_ended")

@@ -341,7 +341,7 @@ def attach_before_images(
     is_half = E.coalesce(before_half | after_half, E.lit(False))
     partition = [*group, E.when(~is_half, E.col("file")), E.when(~is_half, E.col("file_pos"))]
     first = E.min_by(E.when(before_half, image), E.when(before_half, order))
-    paired = Expr(f"{first.sql} OVER (PARTITION BY {', '.join(p.sql for p in partition)})")
+    paired = first.over(f"PARTITION BY {', '.join(p.sql for p in partition)}")
     return rows.select("*", E.when(after_half, paired).alias("paired_before").column())
 
 

@@ -215,8 +215,8 @@ class ShareplexJsonDecoder(Decoder):
             E.concat(file, E.lit(" "), E.col("file_pos").cast("string"))
         )
         order = ", ".join(E.col(c).sql for c in ("seq", "file", "file_pos"))
-        window = f"OVER (PARTITION BY {E.col('table').sql}, {group.sql} ORDER BY {order})"
-        previous = Expr(f"(lag({E.struct('op', 'data', 'key').sql}, 1) {window})")
+        window = f"PARTITION BY {E.col('table').sql}, {group.sql} ORDER BY {order}"
+        previous = E.call("lag", E.struct("op", "data", "key"), 1).over(window)
         paired_before = E.when(
             (op == _AFTER) & (previous["op"] == _BEFORE),
             _overlay(E.coalesce(previous["key"], empty_image()), E.coalesce(previous["data"], empty_image())),

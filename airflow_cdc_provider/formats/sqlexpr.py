@@ -13,6 +13,11 @@ Rules that differ from PySpark's (on purpose, so that the SQL is never ambiguous
   PySpark signature takes literal parameters (patterns, separators, paths, types) take them as
   Python values here too; anything else that should be a literal goes through ``lit``.
 - ``struct`` needs named fields: an ``alias`` or a plain column reference.
+
+The text carries only the parentheses Spark's grammar needs (each ``Expr`` knows how tightly its
+top operator binds), and a ``CASE`` in another's ``ELSE`` joins its branches. Redundant brackets
+are not free: the first parse of a text in a fresh JVM is most of a cold run's planning, and
+ANTLR predicts each bracket by scanning to its match.
 """
 
 from __future__ import annotations
@@ -28,16 +33,41 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 _lambda_names = itertools.count()
 
+# How tightly an expression's top operator binds, loosest first (the order of Spark's grammar).
+OR, AND, NOT, PREDICATE, COMPARISON, BIT_OR, BIT_XOR, BIT_AND = range(8)
+ADDITIVE, MULTIPLICATIVE, UNARY, ATOM = range(8, 12)
+_BINARY = {
+    "OR": OR,
+    "AND": AND,
+    "=": COMPARISON,
+    "!=": COMPARISON,
+    "<": COMPARISON,
+    "<=": COMPARISON,
+    ">": COMPARISON,
+    ">=": COMPARISON,
+    "<=>": COMPARISON,
+    "|": BIT_OR,
+    "^": BIT_XOR,
+    "&": BIT_AND,
+    "+": ADDITIVE,
+    "-": ADDITIVE,
+    "*": MULTIPLICATIVE,
+    "/": MULTIPLICATIVE,
+    "%": MULTIPLICATIVE,
+}
+
 
 class Expr:
-    """A SQL expression (text) with an optional output name."""
+    """A SQL expression (text) with an optional output name and the binding of its top operator
+    (``ATOM`` for anything that needs no brackets: names, literals, calls, ``CASE``, bracketed text)."""
 
-    __slots__ = ("sql", "name")
+    __slots__ = ("sql", "name", "binding")
     __hash__ = None  # ``==`` builds an expression
 
-    def __init__(self, sql: str, name: str | None = None) -> None:
+    def __init__(self, sql: str, name: str | None = None, binding: int = ATOM) -> None:
         self.sql = sql
         self.name = name
+        self.binding = binding
 
     def __repr__(self) -> str:
         return f"Expr({self.sql!r}{', ' + repr(self.name) if self.name else ''})"
@@ -51,14 +81,18 @@ class Expr:
         return c.alias(self.name) if self.name else c
 
     def alias(self, name: str) -> Expr:
-        return Expr(self.sql, name)
+        return Expr(self.sql, name, self.binding)
+
+    def over(self, window: str) -> Expr:
+        """This aggregate or window function ``OVER (window)`` (bracketed before a subscript)."""
+        return Expr(f"{_operand(self, ATOM)} OVER ({window})", binding=UNARY)
 
     # Operators: the other side is a literal unless it is an Expr.
     def _op(self, op: str, other: Any) -> Expr:
-        return Expr(f"({self.sql} {op} {_value(other)})")
+        return _binary(self, op, other)
 
     def _rop(self, op: str, other: Any) -> Expr:
-        return Expr(f"({_value(other)} {op} {self.sql})")
+        return _binary(other, op, self)
 
     def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
         return self._op("=", other)
@@ -91,7 +125,7 @@ class Expr:
         return self._rop("OR", other)
 
     def __invert__(self) -> Expr:
-        return Expr(f"(NOT {self.sql})")
+        return Expr(f"NOT {_operand(self, NOT)}", binding=NOT)
 
     def __add__(self, other: Any) -> Expr:
         return self._op("+", other)
@@ -118,7 +152,7 @@ class Expr:
         return self._op("%", other)
 
     def __neg__(self) -> Expr:
-        return Expr(f"(- {self.sql})")
+        return Expr(f"- {_operand(self, UNARY)}", binding=UNARY)
 
     def bitwiseAND(self, other: Any) -> Expr:  # noqa: N802 (PySpark's name)
         return self._op("&", other)
@@ -128,20 +162,20 @@ class Expr:
 
     def __getitem__(self, key: Any) -> Expr:
         """A struct field, a map value or an array element (0-based), as ``col[key]`` in PySpark."""
-        return Expr(f"{self.sql}[{_value(key)}]")
+        return Expr(f"{_operand(self, ATOM)}[{_operand(key, BIT_OR)}]")
 
     getItem = __getitem__
 
     def isNull(self) -> Expr:  # noqa: N802
-        return Expr(f"({self.sql} IS NULL)")
+        return self._predicate("IS NULL")
 
     def isNotNull(self) -> Expr:  # noqa: N802
-        return Expr(f"({self.sql} IS NOT NULL)")
+        return self._predicate("IS NOT NULL")
 
     def isin(self, *values: Any) -> Expr:
         if len(values) == 1 and isinstance(values[0], (list, tuple, set)):
             values = tuple(values[0])
-        return Expr(f"({self.sql} IN ({', '.join(_value(v) for v in values)}))")
+        return self._predicate(f"IN ({', '.join(_value(v) for v in values)})")
 
     def cast(self, data_type: str | DataType) -> Expr:
         return Expr(f"CAST({self.sql} AS {_type(data_type)})")
@@ -159,7 +193,11 @@ class Expr:
         return Expr(f"contains({self.sql}, {_value(part)})")
 
     def rlike(self, pattern: str) -> Expr:
-        return Expr(f"({self.sql} RLIKE {_literal(pattern)})")
+        return self._predicate(f"RLIKE {_literal(pattern)}")
+
+    def _predicate(self, test: str) -> Expr:
+        # A comparison would bind first (``a = b IS NULL`` tests ``a = b``); bracketed for the reader.
+        return Expr(f"{_operand(self, BIT_OR)} {test}", binding=PREDICATE)
 
 
 class When(Expr):
@@ -179,6 +217,8 @@ class When(Expr):
         return When((*self.cases, (_value(condition), _value(value))))
 
     def otherwise(self, value: Any) -> Expr:
+        if isinstance(value, When):  # ELSE CASE WHEN ... END: the same as more branches
+            return When((*self.cases, *value.cases), value.default)
         return When(self.cases, _value(value))
 
 
@@ -211,6 +251,28 @@ def _value(value: Any) -> str:
     if isinstance(value, Column):
         raise TypeError("a PySpark Column cannot go into SQL text; build it with sqlexpr")
     return _literal(value)
+
+
+def _binding(value: Any) -> int:
+    if isinstance(value, Expr):
+        return value.binding
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        return UNARY  # -5 is the minus operator applied to 5
+    return ATOM
+
+
+def _operand(value: Any, at_least: int) -> str:
+    """``value``'s SQL, bracketed unless its top operator binds at least as tightly as ``at_least``."""
+    sql = _value(value)
+    return sql if _binding(value) >= at_least else f"({sql})"
+
+
+def _binary(left: Any, op: str, right: Any) -> Expr:
+    """``left op right`` grouped as written: left-associative, so an operand on the right of the
+    same binding is bracketed; comparisons bracket both sides (``a = b = c`` reads badly)."""
+    binding = _BINARY[op]
+    left_at_least = binding + 1 if binding == COMPARISON else binding
+    return Expr(f"{_operand(left, left_at_least)} {op} {_operand(right, binding + 1)}", binding=binding)
 
 
 def _arg(value: Any) -> str:

@@ -362,12 +362,12 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     from_base = E.col("_base") if "_base" in keyed.columns else E.lit(False)
     counted = applied & ~E.col("_moved_away") & ~from_base
     window = (
-        f"OVER (PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)} ORDER BY {_counting_order()} "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+        f"PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)} ORDER BY {_counting_order()} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
     )
 
     def previous(value: Expr) -> Expr:
-        return Expr(f"last({value.sql}, true) {window}")
+        return E.call("last", value, True).over(window)
 
     with_truncs = (
         keyed.join(F.broadcast(changes.select("table", "truncs")), "table", "left")
@@ -382,7 +382,7 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     ]
     if BUCKET in keyed.columns:
         # Several AS OFs (fold_spans): an event applied at an earlier AS OF than one before it.
-        earlier_max = Expr(f"max({E.col(BUCKET).sql}) {window}")
+        earlier_max = E.max(E.col(BUCKET)).over(window)
         columns.append(E.coalesce(earlier_max > E.col(BUCKET), E.lit(False)).alias(OUT_OF_ORDER))
     if changes is not None:
         columns.append(previous(E.when(applied, ordering())).alias("_prev_ord"))
@@ -603,14 +603,14 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
     read_first = kind == 3  # read from index 0, whatever this row's point
     group = ", ".join(E.col(g).sql for g in _GROUP)
     order = f"PARTITION BY {group} ORDER BY `_point`"
-    upto = f"OVER ({order} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
-    whole = f"OVER ({order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    upto = f"{order} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    whole = f"{order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
 
     def running(aggregate: Expr) -> Expr:
-        return Expr(f"{aggregate.sql} {upto}")
+        return aggregate.over(upto)
 
     def over_all(aggregate: Expr) -> Expr:
-        return Expr(f"{aggregate.sql} {whole}")
+        return aggregate.over(whole)
 
     def reads(where: Expr, frame) -> list[Expr]:
         """What counting the events read gives: sums, and the first listed record and key names."""
@@ -635,7 +635,7 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
         *_GROUP,
         "_point",
         *E.columns(
-            Expr(f"lead(`_point`) OVER ({order})").alias("_next"),
+            E.call("lead", "_point").over(order).alias("_next"),
             over_all(E.min("_point")).alias("_first_point"),
             running(E.max(E.when(here & t.moved_away, t.ord))).alias("_last_move"),
             running(E.max_by(E.when(here & t.reset, t.resetting), E.when(here & t.reset, t.ord))).alias(

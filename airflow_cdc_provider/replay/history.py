@@ -116,10 +116,10 @@ def _event_columns(partial_images: bool, row_change: bool = True) -> list:
 def _states(changes: DataFrame, partial_images: bool) -> DataFrame:
     """One row per version: the key's state at each of its times where the latest event changed."""
     key = "PARTITION BY `table`, `_key` ORDER BY `_at`"
-    upto = f"OVER ({key} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    upto = f"{key} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 
     def running(aggregate: Expr) -> Expr:
-        return Expr(f"{aggregate.sql} {upto}")
+        return aggregate.over(upto)
 
     resetting = ~E.col("_partial")
     base = E.struct(E.col("ord"), E.col("op"), E.col("after"))
@@ -127,7 +127,7 @@ def _states(changes: DataFrame, partial_images: bool) -> DataFrame:
         running(E.max_by(E.when(resetting, base), E.when(resetting, E.col("ord")))).alias("_base"),
         running(E.max_by(E.col("_meta"), E.col("ord"))).alias("last"),
         running(E.max(E.col("ord"))).alias("_win"),
-        Expr(f"lead(`_at`) OVER ({key})").alias("_next"),
+        E.call("lead", _AT).over(key).alias("_next"),
     ]
     if partial_images:
         partial = E.struct(E.col("ord"), E.col("after"), E.col("_carried").alias("base"))
@@ -136,10 +136,10 @@ def _states(changes: DataFrame, partial_images: bool) -> DataFrame:
     # Rows sharing a time share the frame: the last of them stands for the time.
     points = at_times.where((E.col("_next").isNull() | (E.col("_next") != E.col(_AT))).column()).drop("_next")
     # A time whose latest event (by position) is the previous time's changes nothing.
-    changed = points.withColumn("_prev", Expr(f"lag(`_win`) OVER ({key})").column()).where(
+    changed = points.withColumn("_prev", E.call("lag", "_win").over(key).column()).where(
         E.coalesce(E.col("_prev") != E.col("_win"), E.lit(True)).column()
     )
-    bounded = changed.withColumn(TO_MS, Expr(f"lead(`_at`) OVER ({key})").column())
+    bounded = changed.withColumn(TO_MS, E.call("lead", _AT).over(key).column())
     exists, image = _state(partial_images, changes.schema["ord"].dataType)
     return (
         bounded.select(

@@ -47,10 +47,12 @@ def with_transaction_times(events: DataFrame) -> DataFrame:
         e.sql
         for e in (E.coalesce(E.col("event_ms"), E.lit(0)), E.col("file"), E.col("file_pos"), E.col("sub_pos"))
     )
-    whole = f"OVER (PARTITION BY {partition} ORDER BY {order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    whole = (
+        f"PARTITION BY {partition} ORDER BY {order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
+    )
 
     def over_tx(aggregate: Expr) -> Expr:
-        return Expr(f"{aggregate.sql} {whole}")
+        return aggregate.over(whole)
 
     own_time = E.coalesce(E.col("event_ms"), E.lit(0))
     marked = over_tx(E.count(E.col("tx_end"))) > 0
@@ -58,5 +60,5 @@ def with_transaction_times(events: DataFrame) -> DataFrame:
     apply_ms = (
         E.when(alone, own_time).when(marked & ~ended, E.null("bigint")).otherwise(over_tx(E.max(own_time)))
     )
-    first = in_tx & (Expr(f"row_number() OVER (PARTITION BY {partition} ORDER BY {order})") == 1)
+    first = in_tx & (E.call("row_number").over(f"PARTITION BY {partition} ORDER BY {order}") == 1)
     return events.select("*", *E.columns(apply_ms.alias(APPLY_MS), first.alias(TX_FIRST)))
