@@ -81,7 +81,7 @@ say "PySpark $py_version: python package and jars agree ($(basename "$core_jar")
 # --- Optional: a class data archive that makes every local cdc-replay JVM start faster -------------
 # (about 45 s once, about 170 MiB under ~/.cache/airflow-cdc-provider; see contract/jvm.py). A
 # failure here costs only speed, so it warns and the install stands.
-say "building the JVM class archive for cdc-replay (once per JDK and Spark release)"
+say "building the JVM class archive for cdc-replay (once per JDK and PySpark installation)"
 if ! "$PY" -m airflow_cdc_provider.jobs.class_archive >"$LOG" 2>&1; then
     grep -v -e 'is ignored' "$LOG" | tail -n 20 >&2
     say "WARNING: no class archive; cdc-replay works without it, each local run starts a few seconds slower"
