@@ -22,6 +22,7 @@ and on a cluster the executors' JVMs are the submitter's to tune.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterable
@@ -47,36 +48,58 @@ def java_binary() -> Path | None:
     return candidate.resolve() if candidate else None
 
 
-def class_archive_path() -> Path | None:
-    """The archive for this JDK and this PySpark installation, or None without a ``java``.
-
-    A JVM maps an archive only when its class path starts with the jars the archive was dumped
-    from, at the same place and unchanged. So the name changes with the JDK binary (path, size,
-    modification time) and with PySpark's version, jar directory and that directory's modification
-    time: a second virtual environment, or a reinstall, builds its own archive instead of handing
-    the JVM one it would reject.
-    """
+def _installation() -> list | None:
+    """What an archive is valid for: the JDK binary (path, size, modification time) and PySpark's
+    version, jar directory and that directory's modification time; None without a ``java``."""
     java = java_binary()
     if java is None:
         return None
     pyspark = distribution("pyspark")
     jars = Path(pyspark.locate_file("pyspark/jars")).resolve()
-    identity = "|".join(
-        str(part)
-        for part in (
-            java,
-            java.stat().st_size,
-            java.stat().st_mtime_ns,
-            pyspark.version,
-            jars,
-            jars.stat().st_mtime_ns if jars.is_dir() else 0,
-        )
-    )
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    stat = java.stat()
+    jars_mtime = jars.stat().st_mtime_ns if jars.is_dir() else 0
+    return [str(java), stat.st_size, stat.st_mtime_ns, pyspark.version, str(jars), jars_mtime]
+
+
+def class_archive_path() -> Path | None:
+    """The archive for this JDK and this PySpark installation, or None without a ``java``.
+
+    A JVM maps an archive only when its class path starts with the jars the archive was dumped
+    from, at the same place and unchanged. So the name changes with everything ``_installation``
+    lists: a second virtual environment, or a reinstall, builds its own archive instead of handing
+    the JVM one it would reject.
+    """
+    installation = _installation()
+    if installation is None:
+        return None
+    digest = hashlib.sha256("|".join(map(str, installation)).encode()).hexdigest()[:16]
     cache = Path(
         os.environ.get(CACHE_DIR_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     )
-    return cache / "airflow-cdc-provider" / f"spark-{pyspark.version}-{digest}.jsa"
+    return cache / "airflow-cdc-provider" / f"spark-{installation[3]}-{digest}.jsa"
+
+
+def archive_source(archive: Path) -> Path:
+    """The file beside ``archive`` that records the installation it was built for."""
+    return archive.with_name(archive.name + ".source.json")
+
+
+def write_archive_source(archive: Path) -> None:
+    archive_source(archive).write_text(json.dumps(_installation()))
+
+
+def archive_outlived(archive: Path) -> bool:
+    """True when the JDK or the PySpark jars ``archive`` was built for are gone or changed, so no
+    JVM will map it again; False when they are still there, or when it records nothing."""
+    try:
+        java, size, mtime, _version, jars, jars_mtime = json.loads(archive_source(archive).read_text())
+    except (OSError, ValueError):
+        return False
+    try:
+        stat = Path(java).stat()
+        return (stat.st_size, stat.st_mtime_ns, Path(jars).stat().st_mtime_ns) != (size, mtime, jars_mtime)
+    except OSError:
+        return True
 
 
 def local_input_bytes(paths: Iterable[str], limit: int) -> int | None:

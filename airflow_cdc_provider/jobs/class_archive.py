@@ -13,7 +13,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from airflow_cdc_provider.contract.jvm import class_archive_path
+from airflow_cdc_provider.contract.jvm import (
+    archive_outlived,
+    archive_source,
+    class_archive_path,
+    write_archive_source,
+)
 
 _MODULE = "airflow_cdc_provider.jobs.class_archive"
 
@@ -22,7 +27,8 @@ def build_class_archive() -> Path:
     """Replay the bundled sample in a child process whose JVM writes its loaded classes on exit.
 
     The archive is written beside its final name and renamed into place, so a JVM starting
-    meanwhile sees either no archive or a whole one.
+    meanwhile sees either no archive or a whole one. Archives built for a JDK or PySpark
+    installation that has since gone or changed (about 170 MiB each) are removed.
     """
     archive = class_archive_path()
     if archive is None:
@@ -38,10 +44,23 @@ def build_class_archive() -> Path:
             )
         if not partial.is_file():
             raise RuntimeError(f"the JVM wrote no class archive at {partial}")
+        write_archive_source(archive)
         os.replace(partial, archive)
     finally:
         partial.unlink(missing_ok=True)
+    remove_outlived_archives(archive.parent)
     return archive
+
+
+def remove_outlived_archives(folder: Path) -> list[Path]:
+    """Remove the archives in ``folder`` whose JDK or PySpark installation is gone or changed."""
+    removed = []
+    for archive in sorted(folder.glob("spark-*.jsa")):
+        if archive_outlived(archive):
+            archive.unlink(missing_ok=True)
+            archive_source(archive).unlink(missing_ok=True)
+            removed.append(archive)
+    return removed
 
 
 def _replay_sample(partial: str, work: str) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 
 import pytest
 
 from airflow_cdc_provider.contract import jvm
 from airflow_cdc_provider.contract.args import SnapshotArgs
-from airflow_cdc_provider.jobs.class_archive import build_class_archive
+from airflow_cdc_provider.jobs.class_archive import build_class_archive, remove_outlived_archives
 from airflow_cdc_provider.jobs.session import session_conf
 
 ARCHIVE = "-XX:SharedArchiveFile="
@@ -88,6 +90,46 @@ def test_another_pyspark_installation_gets_its_own_archive(cache_dir, tmp_path, 
     elsewhere = jvm.class_archive_path()
     assert (elsewhere.parent, elsewhere.name.split("-")[:2]) == (here.parent, here.name.split("-")[:2])
     assert elsewhere != here
+
+
+def test_archives_of_a_removed_or_reinstalled_pyspark_are_removed_and_others_kept(cache_dir, tmp_path):
+    """Each installation's archive is about 170 MiB: the builder removes those no JVM can map again."""
+    current = jvm.class_archive_path()
+    current.parent.mkdir(parents=True)
+    current.write_bytes(b"archive")
+    jvm.write_archive_source(current)
+    java, size, mtime, version, _jars, _jars_mtime = json.loads(jvm.archive_source(current).read_text())
+
+    def archive(name: str, jars: str | None, jars_mtime: int = 0):
+        path = current.parent / f"spark-{version}-{name}.jsa"
+        path.write_bytes(b"archive")
+        if jars is not None:
+            jvm.archive_source(path).write_text(json.dumps([java, size, mtime, version, jars, jars_mtime]))
+        return path
+
+    other_venv = tmp_path / "venv" / "jars"
+    other_venv.mkdir(parents=True)
+    kept = archive("other-venv", str(other_venv), os.stat(other_venv).st_mtime_ns)
+    removed_venv = archive("removed-venv", str(tmp_path / "gone" / "jars"))
+    reinstalled = archive("reinstalled", str(other_venv), os.stat(other_venv).st_mtime_ns - 1)
+    unrecorded = archive("unrecorded", None)
+    assert [jvm.archive_outlived(p) for p in (current, kept, removed_venv, reinstalled, unrecorded)] == [
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert remove_outlived_archives(current.parent) == [reinstalled, removed_venv]
+    assert sorted(p.name for p in current.parent.iterdir()) == sorted(
+        [
+            current.name,
+            jvm.archive_source(current).name,
+            kept.name,
+            jvm.archive_source(kept).name,
+            unrecorded.name,
+        ]
+    )
 
 
 def test_an_embedded_driver_gets_the_options_before_the_callers_and_a_cluster_driver_none(cache_dir):
