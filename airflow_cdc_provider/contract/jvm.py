@@ -48,17 +48,21 @@ def java_binary() -> Path | None:
     return candidate.resolve() if candidate else None
 
 
-def _installation() -> list | None:
-    """What an archive is valid for: the JDK binary (path, size, modification time) and PySpark's
-    version, jar directory and that directory's modification time; None without a ``java``."""
+def _file_identity(path: Path) -> dict:
+    """Where a file is and which build of it: a reinstall changes the modification time."""
+    stat = path.stat()
+    return {"path": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _installation() -> dict | None:
+    """What an archive is valid for: the JDK binary and PySpark's version and jar directory; None
+    without a ``java``."""
     java = java_binary()
     if java is None:
         return None
     pyspark = distribution("pyspark")
     jars = Path(pyspark.locate_file("pyspark/jars")).resolve()
-    stat = java.stat()
-    jars_mtime = jars.stat().st_mtime_ns if jars.is_dir() else 0
-    return [str(java), stat.st_size, stat.st_mtime_ns, pyspark.version, str(jars), jars_mtime]
+    return {"java": _file_identity(java), "pyspark": pyspark.version, "jars": _file_identity(jars)}
 
 
 def class_archive_path() -> Path | None:
@@ -72,11 +76,11 @@ def class_archive_path() -> Path | None:
     installation = _installation()
     if installation is None:
         return None
-    digest = hashlib.sha256("|".join(map(str, installation)).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(installation, sort_keys=True).encode()).hexdigest()[:16]
     cache = Path(
         os.environ.get(CACHE_DIR_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     )
-    return cache / "airflow-cdc-provider" / f"spark-{installation[3]}-{digest}.jsa"
+    return cache / "airflow-cdc-provider" / f"spark-{installation['pyspark']}-{digest}.jsa"
 
 
 def archive_source(archive: Path) -> Path:
@@ -92,12 +96,12 @@ def archive_outlived(archive: Path) -> bool:
     """True when the JDK or the PySpark jars ``archive`` was built for are gone or changed, so no
     JVM will map it again; False when they are still there, or when it records nothing."""
     try:
-        java, size, mtime, _version, jars, jars_mtime = json.loads(archive_source(archive).read_text())
-    except (OSError, ValueError):
+        recorded = json.loads(archive_source(archive).read_text())
+        files = [recorded["java"], recorded["jars"]]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
     try:
-        stat = Path(java).stat()
-        return (stat.st_size, stat.st_mtime_ns, Path(jars).stat().st_mtime_ns) != (size, mtime, jars_mtime)
+        return any(_file_identity(Path(f["path"])) != f for f in files)
     except OSError:
         return True
 

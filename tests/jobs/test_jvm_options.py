@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -98,20 +99,23 @@ def test_archives_of_a_removed_or_reinstalled_pyspark_are_removed_and_others_kep
     current.parent.mkdir(parents=True)
     current.write_bytes(b"archive")
     jvm.write_archive_source(current)
-    java, size, mtime, version, _jars, _jars_mtime = json.loads(jvm.archive_source(current).read_text())
+    recorded = json.loads(jvm.archive_source(current).read_text())
+    version = recorded["pyspark"]
 
-    def archive(name: str, jars: str | None, jars_mtime: int = 0):
+    def archive(name: str, jars: Path | None, size: int = 0, mtime_ns: int = 0):
         path = current.parent / f"spark-{version}-{name}.jsa"
         path.write_bytes(b"archive")
         if jars is not None:
-            jvm.archive_source(path).write_text(json.dumps([java, size, mtime, version, jars, jars_mtime]))
+            moved = {"path": str(jars), "size": size, "mtime_ns": mtime_ns}
+            jvm.archive_source(path).write_text(json.dumps({**recorded, "jars": moved}))
         return path
 
     other_venv = tmp_path / "venv" / "jars"
     other_venv.mkdir(parents=True)
-    kept = archive("other-venv", str(other_venv), os.stat(other_venv).st_mtime_ns)
-    removed_venv = archive("removed-venv", str(tmp_path / "gone" / "jars"))
-    reinstalled = archive("reinstalled", str(other_venv), os.stat(other_venv).st_mtime_ns - 1)
+    stat = os.stat(other_venv)
+    kept = archive("other-venv", other_venv, stat.st_size, stat.st_mtime_ns)
+    removed_venv = archive("removed-venv", tmp_path / "gone" / "jars")
+    reinstalled = archive("reinstalled", other_venv, stat.st_size, stat.st_mtime_ns - 1)
     unrecorded = archive("unrecorded", None)
     assert [jvm.archive_outlived(p) for p in (current, kept, removed_venv, reinstalled, unrecorded)] == [
         False,
