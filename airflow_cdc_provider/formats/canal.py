@@ -8,9 +8,11 @@ typed JSON values and no ``mysqlType``): ``1.0`` stays the double 1.0, never the
 leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
 an ``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.ddl``).
 
-The plan is built in stages (parse, declare types, type the rows once, classify, explode), each a
-select that the next reads by column name, so that the large per-value conversion appears once in
-the plan instead of being copied into every later use.
+The rows are parsed as text (``map<string,string>``), the way Canal writes them, and each value is
+converted once by its declared type. The plan is built in stages (parse, declare types, convert,
+type the rows, classify, explode), each a select that the next reads by column name, so that the
+per-value conversion appears once in the plan instead of being copied into every later use. Only
+records with a column no type declares are parsed a second time, for the JSON types of its values.
 """
 
 from __future__ import annotations
@@ -57,16 +59,18 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
+from airflow_cdc_provider.formats.values import aligned_values, failed_values, text_to_variant
 
-ROW_TYPE = MapType(StringType(), VariantType())
+TEXT_ROW = MapType(StringType(), StringType())
+JSON_ROW = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
     [
         # Rows as maps keep their columns in the order the message writes them (a variant object
         # would sort them by name); a row that is not an object fails the parse and is diagnosed
-        # from the record's text (jsonlines.images_not_objects).
-        StructField("data", ArrayType(ROW_TYPE)),
-        StructField("old", ArrayType(ROW_TYPE)),
+        # from the record's text (jsonlines.images_not_objects). Spark's JSON reader gives a value
+        # that is not a string as its JSON text.
+        StructField("data", ArrayType(TEXT_ROW)),
+        StructField("old", ArrayType(TEXT_ROW)),
         StructField("database", StringType()),
         StructField("table", StringType()),
         StructField("type", StringType()),
@@ -151,6 +155,10 @@ _JDBC = {
     "2014": "timestamp",
     **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
 }
+# The same rows with JSON values, for the records that have columns no type declares.
+JSON_ROWS_SCHEMA = StructType(
+    [StructField("data", ArrayType(JSON_ROW)), StructField("old", ArrayType(JSON_ROW))]
+)
 _EMPTY_TEXT_MAP = "map<string,string>"
 
 
@@ -166,13 +174,24 @@ def _lookup(table: dict[str, str], key: Expr) -> Expr:
     return E.try_element_at(literal, key)
 
 
-def mysql_spark_type(mysql_type: Expr) -> Expr:
+def _lowered(mysql_type: Expr) -> Expr:
+    return E.lower(E.trim(mysql_type))
+
+
+def _type_base(low: Expr) -> Expr:
+    """``bigint`` of ``bigint(20) unsigned``, ``double precision`` of itself."""
+    return E.regexp_extract(low, r"^([a-z]+(?: precision| varying)?)", 1)
+
+
+def mysql_spark_type(mysql_type: Expr, base: Expr | None = None) -> Expr:
     """A MySQL column type as Canal writes it (``bigint(20) unsigned``, ``NUMERIC(8,3)``) -> Spark type.
 
-    Null for names it does not know, so the caller can fall back to ``sqlType``.
+    Null for names it does not know, so the caller can fall back to ``sqlType``. ``base``
+    (``_type_base``) when the caller has it: inside a lambda Spark would evaluate the regular
+    expression again at every use.
     """
-    low = E.lower(E.trim(mysql_type))
-    base = E.regexp_extract(low, r"^([a-z]+(?: precision| varying)?)", 1)
+    low = _lowered(mysql_type)
+    base = _type_base(low) if base is None else base
     first = E.regexp_extract(low, r"\(\s*(\d+)", 1).try_cast("int")
     second = E.regexp_extract(low, r"\(\s*\d+\s*,\s*(\d+)", 1).try_cast("int")
     precision = E.least(E.coalesce(first, E.lit(10)), E.lit(38))
@@ -199,15 +218,21 @@ def jdbc_spark_type(code: Expr) -> Expr:
 def declared_types(mysql_types: Expr, sql_types: Expr) -> Expr:
     """``map<column, spark type>`` for every column the message declares (null when none)."""
     mysql_or_empty = E.coalesce(mysql_types, _empty_text_map())
-    from_mysql = E.transform_values(
-        mysql_or_empty,
-        lambda k, t: E.coalesce(
-            mysql_spark_type(t), jdbc_spark_type(E.try_element_at(sql_types, k)), E.lit("string")
+    bases = E.transform(E.map_values(mysql_or_empty), lambda t: _type_base(_lowered(t)))
+    spark_types = E.zip_with(
+        E.map_entries(mysql_or_empty),
+        bases,
+        lambda e, base: E.coalesce(
+            mysql_spark_type(e["value"], base),
+            jdbc_spark_type(E.try_element_at(sql_types, e["key"])),
+            E.lit("string"),
         ),
     )
+    from_mysql = E.map_from_arrays(E.map_keys(mysql_or_empty), spark_types)
     only_jdbc = E.transform_values(
         E.map_filter(
-            E.coalesce(sql_types, _empty_text_map()), lambda k, c: ~E.map_contains_key(mysql_or_empty, k)
+            E.coalesce(sql_types, _empty_text_map()),
+            lambda k, c: c.isNotNull() & ~E.map_contains_key(mysql_or_empty, k),
         ),
         lambda k, c: jdbc_spark_type(c),
     )
@@ -238,48 +263,54 @@ def _untyped(json_value: Expr, text: Expr) -> Expr:
     )
 
 
-def typed_image(image: Expr, types: Expr, json_image: Expr | None = None) -> Expr:
-    """``map<string,string>`` row -> ``map<string,variant>`` of typed values.
+def _declared_value(text: Expr, spark_type: Expr) -> Expr:
+    return E.when(spark_type == "binary", _latin1_bytes(text).cast("variant")).otherwise(
+        text_to_variant(text, spark_type)
+    )
 
-    ``json_image`` (the same row as parsed JSON values) gives the values of columns whose type is
-    not declared: Canal writes every value as a string, but some producers (Flink CDC's Kafka sink)
-    write typed JSON values and no ``mysqlType``.
+
+def typed_row(row: Expr, types: Expr, aligned: Expr, json_row: Expr) -> Expr:
+    """A text row -> ``map<string,variant>`` of typed values, in the row's column order.
+
+    ``aligned`` holds the row's converted values when ``types`` declares exactly its columns
+    (``values.aligned_values``). Otherwise the row's types are looked up once per column, and a
+    column no type declares takes its JSON type from ``json_row`` (the same row as parsed JSON
+    values): some producers (Flink CDC's Kafka sink) write typed JSON values and no ``mysqlType``.
+    A row that names a column twice keeps both entries, as parsed.
     """
+    keys = E.map_keys(row)
+    row_types = E.transform(keys, lambda k: E.try_element_at(types, k))
 
-    def value(k: Expr, v: Expr) -> Expr:
+    def value(entry: Expr, t: Expr) -> Expr:
+        v = entry["value"]
+        return E.when(t.isNull(), _untyped(E.try_element_at(json_row, entry["key"]), v)).otherwise(
+            _declared_value(v, t)
+        )
+
+    def by_key(k: Expr, v: Expr) -> Expr:
         t = E.try_element_at(types, k)
-        declared = E.when(t == "binary", _latin1_bytes(v).cast("variant")).otherwise(text_to_variant(v, t))
-        if json_image is None:
-            return declared
-        return E.when(t.isNull(), _untyped(E.try_element_at(json_image, k), v)).otherwise(declared)
+        return E.when(t.isNull(), _untyped(E.try_element_at(json_row, k), v)).otherwise(_declared_value(v, t))
 
-    return E.transform_values(image, value)
-
-
-def _overlay(base: Expr, top: Expr) -> Expr:
-    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates)."""
-    return E.map_concat(E.map_filter(base, lambda k, v: ~E.map_contains_key(top, k)), top)
+    looked_up = E.map_from_arrays(keys, E.zip_with(E.map_entries(row), row_types, value))
+    return (
+        E.when(aligned.isNotNull(), E.map_from_arrays(keys, aligned))
+        .when(E.size(E.array_distinct(keys)) == E.size(keys), looked_up)
+        .otherwise(E.transform_values(row, by_key))
+    )
 
 
-def _row_texts(rows: Expr, null_rows_as_empty: bool) -> Expr:
-    """``array<map<string,variant>>`` rows -> ``array<map<string,string>>`` of their values as text.
-
-    A JSON null entry stays a null row (not an object), or becomes an empty row when
-    ``null_rows_as_empty``: ``old`` has no values for that row.
-    """
-
-    def row(m: Expr) -> Expr:
-        texts = E.transform_values(m, lambda k, v: E.try_variant_get(v, "$", "string"))
-        if null_rows_as_empty:
-            return E.when(m.isNull(), _empty_text_map()).otherwise(texts)
-        return texts
-
-    return E.transform(rows, row)
-
-
-def _not_rows(texts: Expr) -> Expr:
+def _not_rows(rows: Expr) -> Expr:
     """Some entry of a row array is not an object (a JSON null row)."""
-    return E.coalesce(E.exists(texts, lambda m: m.isNull()), E.lit(False))
+    return E.coalesce(E.exists(rows, lambda m: m.isNull()), E.lit(False))
+
+
+def _undeclared(rows: Expr, types: Expr) -> Expr:
+    """Some row holds a column ``types`` does not declare (true when nothing is declared)."""
+
+    def declared(m: Expr) -> Expr:
+        return m.isNull() | (E.size(E.array_except(E.map_keys(m), E.map_keys(types))) == 0)
+
+    return types.isNull() | ~E.coalesce(E.forall(rows, declared), E.lit(True))
 
 
 class CanalJsonDecoder(Decoder):
@@ -320,6 +351,7 @@ class CanalJsonDecoder(Decoder):
                 j["es"].alias("es_text"),
                 j["es"].try_cast("bigint").alias("es"),
                 j["id"].try_cast("bigint").alias("message_id"),
+                E.coalesce(old_layout, E.lit(False)).alias("old_layout"),
                 E.when(old_layout, j["old"]).otherwise(j["data"]).alias("rows_source"),
                 E.when((op == OP_UPDATE) & ~old_layout, j["old"]).alias("old_source"),
                 # A DDL's own "declared types" are the columns it adds.
@@ -331,45 +363,69 @@ class CanalJsonDecoder(Decoder):
 
     @staticmethod
     def _typed(records: DataFrame) -> DataFrame:
-        """Row texts and their typed images, each conversion written once in the plan."""
+        """Typed rows and whether a value failed its conversion, each conversion written once in the plan."""
+        types = E.col("types")
         staged = records.select(
-            "*",
+            "*", declared_types(E.col("mysql_types"), E.col("sql_types")).alias("types").column()
+        )
+        # An `old` entry that is JSON null has no values.
+        old_rows = E.transform("old_source", lambda m: E.coalesce(m, _empty_text_map()))
+        staged = staged.select(
+            *[c for c in staged.columns if c != "old_source"],
             *E.columns(
-                declared_types(E.col("mysql_types"), E.col("sql_types")).alias("types"),
-                _row_texts(E.col("rows_source"), False).alias("row_texts"),
-                _row_texts(E.col("old_source"), True).alias("old_texts"),
+                old_rows.alias("old_source"),
+                E.transform("rows_source", lambda m: aligned_values(m, types, _declared_value)).alias(
+                    "row_values"
+                ),
             ),
         )
-        types = E.col("types")
+        needs_json = E.exists("row_values", lambda v: v.isNull()) | _undeclared(E.col("old_source"), types)
+        json = E.col("json")
+        staged = staged.select(
+            "*",
+            E.when(E.coalesce(needs_json, E.lit(False)), E.from_json("text", JSON_ROWS_SCHEMA))
+            .alias("json")
+            .column(),
+        )
+        json_rows = E.when(E.col("old_layout"), json["old"]).otherwise(json["data"])
 
-        def typed_rows(texts: str, source: str) -> Expr:
-            # zip_with pads the shorter array with nulls: an `old` entry that is JSON null has no values.
-            return E.zip_with(texts, source, lambda m, j: typed_image(m, types, j))
+        def typed_rows(rows: str, aligned: Expr | None, json_rows: Expr) -> Expr:
+            no_values = E.null("array<variant>")
+            return E.transform(
+                rows,
+                lambda m, i: typed_row(
+                    m,
+                    types,
+                    no_values if aligned is None else E.try_element_at(aligned, i + 1),
+                    E.try_element_at(json_rows, i + 1),
+                ),
+            )
 
         staged = staged.select(
             "*",
             *E.columns(
-                typed_rows("row_texts", "rows_source").alias("row_typed"),
-                typed_rows("old_texts", "old_source").alias("old_typed"),
+                typed_rows("rows_source", E.col("row_values"), json_rows).alias("row_typed"),
+                typed_rows("old_source", None, json["old"]).alias("old_typed"),
             ),
         )
 
-        def failed(texts: str, typed: str) -> Expr:
-            return E.exists(
-                E.zip_with(texts, typed, lambda a, b: E.coalesce(failed_conversions(a, b), E.lit(False))),
-                lambda x: x,
+        def failed(rows: str, typed: str) -> Expr:
+            return E.coalesce(
+                E.exists(
+                    E.zip_with(rows, typed, lambda m, t: failed_values(E.map_values(m), E.map_values(t))),
+                    lambda x: x,
+                ),
+                E.lit(False),
             )
 
-        conversion_failed = E.coalesce(failed("row_texts", "row_typed"), E.lit(False)) | E.coalesce(
-            failed("old_texts", "old_typed"), E.lit(False)
-        )
+        conversion_failed = failed("rows_source", "row_typed") | failed("old_source", "old_typed")
         return staged.select("*", conversion_failed.alias("conversion_failed").column())
 
     @staticmethod
     def _classified(typed: DataFrame) -> DataFrame:
         kind_type, op, table = E.col("kind_type"), E.col("op"), E.col("table")
         truncate = kind_type == _TRUNCATE
-        rows = E.coalesce(E.size("row_texts"), E.lit(0))
+        rows = E.coalesce(E.size("rows_source"), E.lit(0))
         kind, reason = classify(
             (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (
@@ -387,11 +443,7 @@ class CanalJsonDecoder(Decoder):
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (E.col("es_text").isNotNull() & E.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (
-                _not_rows(E.col("row_texts")) | _not_rows(E.col("old_texts")),
-                KIND_QUARANTINED,
-                Q_IMAGE_NOT_OBJECT,
-            ),
+            (_not_rows(E.col("rows_source")), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
             ((op == OP_DELETE) & (rows < 1), KIND_QUARANTINED, Q_KEY_UNKNOWN),
             (rows < 1, KIND_QUARANTINED, Q_MISSING_IMAGE),
             (E.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
@@ -408,8 +460,10 @@ class CanalJsonDecoder(Decoder):
         old_typed = E.col("old_typed")
 
         def images(row: Expr, i: Expr) -> Expr:
+            # An update's before image is its `old` row: the columns the change replaced. The engine
+            # reads a before image for the key the row had, and takes absent columns from the after.
             old = E.coalesce(E.try_element_at(old_typed, i + 1), empty_image())
-            before = E.when(op == OP_DELETE, row).when(op == OP_UPDATE, _overlay(row, old))
+            before = E.when(op == OP_DELETE, row).when(op == OP_UPDATE, old)
             return E.struct(before.alias("before"), E.when(op != OP_DELETE, row).alias("after"))
 
         row_change = (E.col("kind") == KIND_CHANGE) & (op != OP_TRUNCATE)

@@ -11,6 +11,8 @@ become a quarantined record (the caller compares input and output nulls), never 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.sqlexpr import Expr
 
@@ -81,6 +83,28 @@ def _boolean(text: Expr) -> Expr:
 def text_image(image: Expr, types: Expr) -> Expr:
     """Convert a ``map<string,string>`` row image to ``map<string,variant>`` by a ``types`` map."""
     return E.transform_values(image, lambda k, v: text_to_variant(v, types[k]))
+
+
+def aligned_values(image: Expr, types: Expr, convert: Callable[[Expr, Expr], Expr] = text_to_variant) -> Expr:
+    """The converted values of a text ``image`` in its key order, when ``types`` declares exactly its
+    columns in the same order (null otherwise: the caller converts by lookup instead).
+
+    Producers that write a type map beside each row (Canal's mysqlType) write both from the
+    table's column list, so this is the common case. Spark runs higher-order functions
+    interpreted, and a map lookup in one (``types[k]``) walks the map reading every key through
+    Spark's generic getters; pairing the two value arrays instead reads each value once.
+    ``types`` must hold distinct keys (a map built by ``map_concat`` does): the caller rebuilds the
+    image with ``map_from_arrays``, which refuses duplicates.
+    """
+    return E.when(
+        E.map_keys(image) == E.map_keys(types),
+        E.zip_with(E.map_values(image), E.map_values(types), convert),
+    )
+
+
+def failed_values(texts: Expr, values: Expr) -> Expr:
+    """True when some non-null text of ``texts`` has a null converted value at the same index."""
+    return E.array_contains(E.zip_with(texts, values, lambda t, v: t.isNotNull() & v.isNull()), E.lit(True))
 
 
 def failed_conversions(text_image_col: Expr, typed_image_col: Expr) -> Expr:

@@ -115,8 +115,8 @@ def _key_values(image: Expr, fallback: Expr, record_cols: Expr, keys: KeyConfig)
     """Key values as strings (variants cannot be grouped): from ``image``, else from ``fallback``.
 
     Key columns named by ``--key`` are known when the plan is built, so their lookups are plain
-    expressions; only records that name their own key columns need a (slower, interpreted)
-    per-record walk.
+    expressions; so is a record's own single key column. Only records that name several key
+    columns need a (slower, interpreted) per-record walk.
     """
 
     def one(c: Expr) -> Expr:
@@ -127,7 +127,12 @@ def _key_values(image: Expr, fallback: Expr, record_cols: Expr, keys: KeyConfig)
         return E.array(*[one(E.lit(c)) for c in cols]) if cols else E.null("array<string>")
 
     configured = keys.for_table(E.col("table"), static)
-    return E.when(record_cols.isNull(), configured).otherwise(E.transform(record_cols, one))
+    # Spark runs a lambda interpreted; a record naming one key column (the common case) reads it directly.
+    return (
+        E.when(record_cols.isNull(), configured)
+        .when(E.size(record_cols) == 1, E.array(one(record_cols[0])))
+        .otherwise(E.transform(record_cols, one))
+    )
 
 
 def _new_key(keys: KeyConfig) -> Expr:
