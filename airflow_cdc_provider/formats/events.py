@@ -165,3 +165,17 @@ def classify(
 def empty_image() -> Expr:
     """An image that carries no column (not the same as a null image)."""
     return E.map().cast(IMAGE_TYPE)
+
+
+def overlay(base: Expr, top: Expr) -> Expr:
+    """``base`` with ``top``'s values in place of its own, in ``base``'s column order; ``top``'s other
+    columns follow (``map_concat`` alone refuses a key both maps hold).
+
+    An empty side (an insert has no old values, most rows carry no row id) skips the lambdas, which
+    Spark runs interpreted. Each side is read several times: pass columns or lambda variables.
+    """
+    replaced = E.transform_values(
+        base, lambda k, v: E.when(E.map_contains_key(top, k), E.try_element_at(top, k)).otherwise(v)
+    )
+    both = E.map_concat(replaced, E.map_filter(top, lambda k, v: ~E.map_contains_key(base, k)))
+    return E.when(E.size(top) == 0, base).when(E.size(base) == 0, top).otherwise(both)

@@ -48,6 +48,7 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
     empty_image,
+    overlay,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
@@ -93,14 +94,6 @@ _COMMIT_ROW = 1 << 62
 def _lookup(table: dict[str, str], key: Expr) -> Expr:
     literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
     return E.try_element_at(literal, key)
-
-
-def overlay(base: Expr, top: Expr) -> Expr:
-    """``base`` with ``top``'s values replacing its own, in ``base``'s column order; new columns follow."""
-    replaced = E.transform_values(
-        base, lambda k, v: E.when(E.map_contains_key(top, k), E.try_element_at(top, k)).otherwise(v)
-    )
-    return E.map_concat(replaced, E.map_filter(top, lambda k, v: ~E.map_contains_key(base, k)))
 
 
 def seconds_or_millis(text: Expr) -> Expr:

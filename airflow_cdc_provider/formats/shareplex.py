@@ -39,6 +39,7 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
     empty_image,
+    overlay,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
@@ -119,18 +120,6 @@ def transaction_number(trans: Expr) -> Expr:
     return E.when(trans.rlike(r"^\s*\d+\s*$"), E.trim(trans).try_cast("bigint")).when(
         trans.rlike(r"^\s*\d+\.\d+\.\d+\s*$") & fits, packed
     )
-
-
-def _overlay(base: Expr, top: Expr) -> Expr:
-    """``base`` with the entries of ``top`` replacing or adding to it (``map_concat`` refuses duplicates).
-
-    Replaced values keep their place in ``base`` and new columns follow, so an update's image keeps
-    the row's column order (the key's) rather than moving the changed columns to the end.
-    """
-    replaced = E.transform_values(
-        base, lambda k, v: E.when(E.map_contains_key(top, k), E.try_element_at(top, k)).otherwise(v)
-    )
-    return E.map_concat(replaced, E.map_filter(top, lambda k, v: ~E.map_contains_key(base, k)))
 
 
 def rowid_wanted(options: DecodeOptions, table: Expr) -> Expr:
@@ -219,7 +208,7 @@ class ShareplexJsonDecoder(Decoder):
         previous = E.call("lag", E.struct("op", "data", "key"), 1).over(window)
         paired_before = E.when(
             (op == _AFTER) & (previous["op"] == _BEFORE),
-            _overlay(E.coalesce(previous["key"], empty_image()), E.coalesce(previous["data"], empty_image())),
+            overlay(E.coalesce(previous["key"], empty_image()), E.coalesce(previous["data"], empty_image())),
         )
         return records.select("*", paired_before.alias("paired_before").column())
 
@@ -250,17 +239,34 @@ class ShareplexJsonDecoder(Decoder):
             ),
         )
 
-        # rowid goes last: the table's own columns keep their order before it.
-        rowid_image = E.col("rowid_image")
-        key_image = E.coalesce(key, empty_image())
-        data_image = E.coalesce(data, empty_image())
+        # rowid goes last: the table's own columns keep their order before it. Each overlay reads
+        # columns of an earlier select, so no image expression is copied into the next.
+        staged = paired.select(
+            "*",
+            *E.columns(
+                E.coalesce(key, empty_image()).alias("_key_image"),
+                E.coalesce(data, empty_image()).alias("_data_image"),
+            ),
+        )
+        key_image, data_image, rowid_image = E.col("_key_image"), E.col("_data_image"), E.col("rowid_image")
         old_values = E.coalesce(E.col("paired_before"), empty_image())
-        identified = _overlay(old_values, key_image)  # what the record says the row was
+        # What the record says the row was.
+        staged = staged.select("*", overlay(old_values, key_image).alias("_identified").column())
+        identified = E.col("_identified")
+        staged = staged.select(
+            "*",
+            *E.columns(
+                E.when(op == OP_DELETE, overlay(key_image, data_image)).alias("_deleted"),
+                E.when(op.isin(OP_INSERT, OP_UPDATE, _AFTER), overlay(identified, data_image)).alias(
+                    "_written"
+                ),
+            ),
+        )
         before = (
-            E.when(op == OP_DELETE, _overlay(_overlay(key_image, data_image), rowid_image))
+            E.when(op == OP_DELETE, overlay(E.col("_deleted"), rowid_image))
             .when(
                 op.isin(OP_UPDATE, _AFTER) & (E.size(identified) + E.size(rowid_image) > 0),
-                _overlay(identified, rowid_image),
+                overlay(identified, rowid_image),
             )
             # DROP COLUMN: the columns it removes, with no values.
             .when(
@@ -271,12 +277,10 @@ class ShareplexJsonDecoder(Decoder):
                 ),
             )
         )
-        after = E.when(
-            op.isin(OP_INSERT, OP_UPDATE, _AFTER), _overlay(_overlay(identified, data_image), rowid_image)
-        )
+        after = E.when(op.isin(OP_INSERT, OP_UPDATE, _AFTER), overlay(E.col("_written"), rowid_image))
         is_change = kind == KIND_CHANGE
         canonical_op = E.when(op.isin(_AFTER), E.lit(OP_UPDATE)).otherwise(op)
-        return paired.select(
+        return staged.select(
             *canonical(
                 table=E.col("table"),
                 kind=kind,
