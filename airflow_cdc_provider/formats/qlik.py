@@ -391,8 +391,11 @@ class QlikJsonDecoder(Decoder):
             ordinal = md["columns"][k]["ordinal"]
             return mask.isNull() | ordinal.isNull() | column_present(mask, ordinal)
 
-        def typed(image: Expr) -> tuple[Expr, Expr]:
-            captured = E.map_filter(image, lambda k, v: present(k))
+        def captured(image: Expr) -> Expr:
+            # Without a column mask every column is present: no lambda.
+            return E.when(mask.isNull(), image).otherwise(E.map_filter(image, lambda k, v: present(k)))
+
+        def typed(captured: Expr) -> tuple[Expr, Expr]:
             text = E.transform_values(
                 captured, lambda k, v: E.when(~E.is_variant_null(v), E.try_variant_get(v, "$", "string"))
             )
@@ -408,11 +411,19 @@ class QlikJsonDecoder(Decoder):
 
             return text, E.transform_values(captured, convert)
 
-        after_text, after = typed(E.col("_data"))
         delete_image = E.when(op == OP_DELETE, E.coalesce(E.col("_before"), E.col("_data"))).otherwise(
             E.col("_before")
         )
-        before_text, before = typed(delete_image)
+        # The captured columns once, in a select of their own: both the text and the typed image read them.
+        df = df.select(
+            "*",
+            *E.columns(
+                captured(E.col("_data")).alias("_data_captured"),
+                captured(delete_image).alias("_before_captured"),
+            ),
+        )
+        after_text, after = typed(E.col("_data_captured"))
+        before_text, before = typed(E.col("_before_captured"))
         staged = df.select(
             "*",
             *E.columns(
@@ -428,8 +439,12 @@ class QlikJsonDecoder(Decoder):
         bad_value = failed_conversions(E.col("_after_text"), E.col("_after")) | failed_conversions(
             E.col("_before_text"), E.col("_before_img")
         )
+        # Some column of the table is absent from the mask (read by ordinal: no lookup per column).
+        ordinals = E.map_values(md["columns"])["ordinal"]
         partial = (
-            (op != OP_DELETE) & mask.isNotNull() & E.exists(E.map_keys(md["columns"]), lambda k: ~present(k))
+            (op != OP_DELETE)
+            & mask.isNotNull()
+            & E.exists(ordinals, lambda o: o.isNotNull() & ~column_present(mask, o))
         )
         kind, reason = classify(
             (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
