@@ -59,7 +59,7 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import aligned_values, failed_values, text_to_variant
+from airflow_cdc_provider.formats.values import aligned_values, failed_conversions, text_to_variant
 
 TEXT_ROW = MapType(StringType(), StringType())
 JSON_ROW = MapType(StringType(), VariantType())
@@ -281,21 +281,15 @@ def typed_row(row: Expr, types: Expr, aligned: Expr, json_row: Expr) -> Expr:
     keys = E.map_keys(row)
     row_types = E.transform(keys, lambda k: E.try_element_at(types, k))
 
-    def value(entry: Expr, t: Expr) -> Expr:
-        v = entry["value"]
-        return E.when(t.isNull(), _untyped(E.try_element_at(json_row, entry["key"]), v)).otherwise(
-            _declared_value(v, t)
-        )
-
-    def by_key(k: Expr, v: Expr) -> Expr:
-        t = E.try_element_at(types, k)
+    def value(k: Expr, v: Expr, t: Expr) -> Expr:
         return E.when(t.isNull(), _untyped(E.try_element_at(json_row, k), v)).otherwise(_declared_value(v, t))
 
-    looked_up = E.map_from_arrays(keys, E.zip_with(E.map_entries(row), row_types, value))
+    looked_up = E.zip_with(E.map_entries(row), row_types, lambda e, t: value(e["key"], e["value"], t))
     return (
         E.when(aligned.isNotNull(), E.map_from_arrays(keys, aligned))
-        .when(E.size(E.array_distinct(keys)) == E.size(keys), looked_up)
-        .otherwise(E.transform_values(row, by_key))
+        .when(E.size(E.array_distinct(keys)) == E.size(keys), E.map_from_arrays(keys, looked_up))
+        # map_from_arrays refuses a key twice; such a row keeps both entries, typed in place.
+        .otherwise(E.transform_values(row, lambda k, v: value(k, v, E.try_element_at(types, k))))
     )
 
 
@@ -411,10 +405,7 @@ class CanalJsonDecoder(Decoder):
 
         def failed(rows: str, typed: str) -> Expr:
             return E.coalesce(
-                E.exists(
-                    E.zip_with(rows, typed, lambda m, t: failed_values(E.map_values(m), E.map_values(t))),
-                    lambda x: x,
-                ),
+                E.exists(E.zip_with(rows, typed, failed_conversions), lambda x: x),
                 E.lit(False),
             )
 

@@ -206,11 +206,13 @@ class ShareplexJsonDecoder(Decoder):
         order = ", ".join(E.col(c).sql for c in ("seq", "file", "file_pos"))
         window = f"PARTITION BY {E.col('table').sql}, {group.sql} ORDER BY {order}"
         previous = E.call("lag", E.struct("op", "data", "key"), 1).over(window)
+        with_previous = records.select("*", previous.alias("_previous").column())
+        previous = E.col("_previous")
         paired_before = E.when(
             (op == _AFTER) & (previous["op"] == _BEFORE),
             overlay(E.coalesce(previous["key"], empty_image()), E.coalesce(previous["data"], empty_image())),
         )
-        return records.select("*", paired_before.alias("paired_before").column())
+        return with_previous.select("*", paired_before.alias("paired_before").column()).drop("_previous")
 
     @staticmethod
     def _events(paired: DataFrame) -> DataFrame:

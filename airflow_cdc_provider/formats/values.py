@@ -102,14 +102,18 @@ def aligned_values(image: Expr, types: Expr, convert: Callable[[Expr, Expr], Exp
     )
 
 
-def failed_values(texts: Expr, values: Expr) -> Expr:
-    """True when some non-null text of ``texts`` has a null converted value at the same index."""
-    return E.array_contains(E.zip_with(texts, values, lambda t, v: t.isNotNull() & v.isNull()), E.lit(True))
-
-
 def failed_conversions(text_image_col: Expr, typed_image_col: Expr) -> Expr:
-    """True when some non-null text value did not convert (the record goes to quarantine)."""
-    return E.exists(
-        E.map_keys(text_image_col),
-        lambda k: text_image_col[k].isNotNull() & typed_image_col[k].isNull(),
+    """True when some non-null text value did not convert (the record goes to quarantine).
+
+    ``typed_image_col`` is ``text_image_col`` converted entry by entry (``transform_values``,
+    ``text_image``, or rebuilt from ``aligned_values``), so both hold their entries in the same
+    order: the values are paired by position, with no lookup per key inside the lambda.
+    """
+    return E.array_contains(
+        E.zip_with(
+            E.map_values(text_image_col),
+            E.map_values(typed_image_col),
+            lambda t, v: t.isNotNull() & v.isNull(),
+        ),
+        E.lit(True),
     )

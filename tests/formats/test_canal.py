@@ -840,3 +840,28 @@ def test_columns_keep_the_order_the_messages_write_them(spark, replay, tmp_path)
         {"zeta": 1, "id": 1, "b": "x", "a": 2.5, "late": None},
         {"zeta": 2, "id": 2, "b": None, "a": 3.5, "late": True},
     ]
+
+
+def test_rows_in_another_order_than_mysqltype_and_a_column_named_twice(spark, tmp_path):
+    """Rows whose columns are not mysqlType's, in its order, are typed by looking each type up."""
+    from airflow_cdc_provider.formats import DecodeOptions, get_decoder
+    from airflow_cdc_provider.formats.landed_files import list_landed_files
+
+    twice = msg("INSERT", [{"id": "8", "name": "y"}], es=2000, id_=2).replace(
+        '"id": "8"', '"id": "8", "id": "9"'
+    )
+    lines = [
+        msg("INSERT", [{"name": "x", "id": "7"}], es=1000, id_=1),
+        twice,
+        msg("INSERT", [{"name": "z", "id": "abc"}], es=3000, id_=3),
+        msg("UPDATE", [{"id": "7", "name": "x2"}], old=[{"name": "x", "id": "seven"}], es=4000, id_=4),
+    ]
+    path = write(tmp_path / "in" / "a.json", "\n".join(lines) + "\n")
+    events = get_decoder(FMT).decode(spark, list_landed_files(spark, [str(path)]), DecodeOptions())
+    got = events.orderBy("file_pos").selectExpr("kind", "reason", "to_json(after) AS after").collect()
+    assert [tuple(r) for r in got] == [
+        ("change", None, '{"name":"x","id":7}'),
+        ("change", None, '{"id":8,"id":9,"name":"y"}'),
+        ("quarantined", "type mismatch", None),
+        ("quarantined", "type mismatch", None),
+    ]
