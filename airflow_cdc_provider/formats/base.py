@@ -64,4 +64,9 @@ class Decoder(ABC):
 
     @abstractmethod
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
-        """Return canonical events for ``files`` (lazy: nothing may be collected to the driver)."""
+        """Return canonical events for ``files``.
+
+        The events are lazy. A decoder may run one small job while planning (Qlik collects its MD
+        messages, one row per table version, to type by literal types); nothing the size of the
+        landing may reach the driver. The engine calls this where a damaged file is caught.
+        """

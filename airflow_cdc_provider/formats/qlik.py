@@ -13,8 +13,12 @@ broadcasts it to the DT messages. It is tied to a DT message by, in order:
 A DT message no MD explains is quarantined ("unknown table/schema"), never guessed.
 
 Reading the MD messages is a second, restricted pass over the landed text: only lines that contain
-``"MD"`` are parsed, and the result is one small row per table version. The main pass parses every
-record once; nothing is cached.
+``"MD"`` are parsed, and the result is one small row per table version. It runs while the decode is
+planned and its rows come to the driver, so that an image holding exactly a version's columns is
+typed by one compiled expression per column with the literal type (up to ``_SPECIALISED_COLUMNS``
+columns over all versions); other images (a column mask that leaves columns out, a column the MD
+does not declare) take the general per-value typing, with the same result. The main pass parses
+every record once; nothing is cached.
 
 ``columnMask`` (hex, little-endian bytes: bit ``ordinal - 1``) says which columns the message
 carries. A column whose bit is clear was not captured (Oracle without full supplemental logging): it
@@ -25,6 +29,13 @@ before every change of their table, and no event time, so no AS OF excludes them
 """
 
 from __future__ import annotations
+
+import functools
+import json
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -211,6 +222,8 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
                 m["schemaId"].alias("schema_id"),
                 m["lineage"].alias("lineage"),
                 columns.alias("columns"),
+                # A dense id per MD message: the typing specialised to a version is chosen by it.
+                E.dense_rank().over("ORDER BY file, file_pos").alias("vid"),
             ),
         )
     )
@@ -237,6 +250,7 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         columns.alias("columns"),
         E.when(E.size(key_cols) > 0, key_cols).alias("key_cols"),
         E.transform_values(columns, lambda k, c: c["type"]).alias("types"),
+        E.col("vid"),
     )
     entries = md.select(
         *E.columns(
@@ -297,6 +311,131 @@ def _not_null(v: Expr) -> Expr:
     return E.when(v.isNotNull() & ~E.is_variant_null(v), v)
 
 
+def _text(v: Expr) -> Expr:
+    """A DT value as text (a number keeps its JSON digits); JSON null -> null."""
+    return E.when(~E.is_variant_null(v), E.try_variant_get(v, "$", "string"))
+
+
+def _declared_value(text: Expr, spark_type: Expr) -> Expr:
+    """A value's text converted to its declared type (binary columns are hex in Replicate's JSON)."""
+    return E.when(spark_type == "binary", E.try_to_binary(text, "hex").cast("variant")).otherwise(
+        text_to_variant(text, spark_type)
+    )
+
+
+# Declared columns (summed over table versions) whose typing is specialised to literal types.
+_SPECIALISED_COLUMNS = 512
+
+
+@dataclass(frozen=True)
+class _DeclaredVersion:
+    """One MD message's columns, in the order a DT image holds them (a JSON object read as a
+    variant has its keys sorted). Images holding exactly these columns, all captured, are typed by
+    one compiled expression per column with a literal type, not by a lambda per value."""
+
+    vid: int
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+    ordinals: tuple[int, ...]
+
+    @classmethod
+    def of(cls, version: dict[str, Any]) -> _DeclaredVersion:
+        names = tuple(sorted(version["columns"]))
+        return cls(
+            vid=version["vid"],
+            names=names,
+            types=tuple(version["types"][n] for n in names),
+            ordinals=tuple(o for o in (version["columns"][n]["ordinal"] for n in names) if o is not None),
+        )
+
+    def all_present(self, mask: Expr) -> Expr:
+        """No mask, or one with the bit of every declared column set."""
+        bits = [column_present(mask, E.lit(o)) for o in self.ordinals]
+        return mask.isNull() | functools.reduce(operator.and_, bits) if bits else E.lit(True)
+
+    def fits(self, md: Expr, image: Expr, mask: Expr) -> Expr:
+        names = E.array(*[E.lit(n) for n in self.names])
+        return (md["vid"] == self.vid) & (E.map_keys(image) == names) & self.all_present(mask)
+
+    def typed(self, texts: Expr) -> Expr:
+        return E.array(*[_declared_value(E.get(texts, i), E.lit(t)) for i, t in enumerate(self.types)])
+
+
+class _Specialised:
+    """The typing of images that fit a specialised version, in steps a select each reads once."""
+
+    def __init__(self, declared: list[_DeclaredVersion]) -> None:
+        self.declared = declared
+        self.width = max((len(v.names) for v in declared), default=0)
+
+    def version(self, md: Expr, image: Expr, mask: Expr) -> Expr:
+        """The ``vid`` of the specialised version the image fits; null when none does."""
+        if not self.declared:
+            return E.null("int")
+        chosen = E.when(self.declared[0].fits(md, image, mask), E.lit(self.declared[0].vid))
+        for v in self.declared[1:]:
+            chosen = chosen.when(v.fits(md, image, mask), E.lit(v.vid))
+        return chosen
+
+    def texts(self, vid: Expr, image: Expr) -> Expr:
+        values = E.map_values(image)
+        return E.when(vid.isNotNull(), E.array(*[_text(E.get(values, i)) for i in range(self.width)]))
+
+    def _by_version(self, vid: Expr, value: Callable[[_DeclaredVersion], Expr], null: str) -> Expr:
+        if not self.declared:
+            return E.null(null)
+        chosen = E.when(vid == self.declared[0].vid, value(self.declared[0]))
+        for v in self.declared[1:]:
+            chosen = chosen.when(vid == v.vid, value(v))
+        return chosen
+
+    def typed(self, vid: Expr, texts: Expr) -> Expr:
+        return self._by_version(vid, lambda v: v.typed(texts), "array<variant>")
+
+    def image(self, vid: Expr, typed: Expr) -> Expr:
+        names = self._by_version(vid, lambda v: E.array(*[E.lit(n) for n in v.names]), "array<string>")
+        return E.map_from_arrays(names, typed)
+
+    def failed(self, texts: Expr, typed: Expr) -> Expr:
+        """Some value's text did not convert to its declared type."""
+        checks = [E.get(texts, i).isNotNull() & E.get(typed, i).isNull() for i in range(self.width)]
+        return functools.reduce(operator.or_, checks) if checks else E.lit(False)
+
+
+def _declared_versions(versions: list[dict[str, Any]]) -> list[_DeclaredVersion]:
+    """The versions whose typing is specialised, oldest first, up to ``_SPECIALISED_COLUMNS`` columns."""
+    chosen, budget = [], _SPECIALISED_COLUMNS
+    for version in sorted(versions, key=lambda v: v["vid"]):
+        columns = version["columns"]
+        if columns and len(columns) <= budget:
+            chosen.append(_DeclaredVersion.of(version))
+            budget -= len(columns)
+    return chosen
+
+
+def _lookup(spark: SparkSession, files: list[LandedFile]) -> tuple[DataFrame, list[_DeclaredVersion]]:
+    """The MD lookup, computed once (a restricted pass): the frame to broadcast, and its versions.
+
+    The rows come to the driver as JSON (which keeps each map's order: the snapshot's columns
+    follow it) and go back as a local frame, so the broadcast does not read the landing again and
+    nothing stays cached in the session.
+    """
+    computed = _metadata(spark, files)
+    texts = [
+        r[0] for r in computed.select(E.to_json(E.struct(*map(E.col, computed.columns))).column()).collect()
+    ]
+    local = (
+        spark.createDataFrame([(t,) for t in texts], "json string")
+        .select(E.from_json("json", computed.schema).alias("r").column())
+        .select("r.*")
+    )
+    versions = {}
+    for row in map(json.loads, texts):
+        for version in [*row["versions"], *(v for t in row.get("tables") or [] for v in t["versions"])]:
+            versions[version["vid"]] = version
+    return local, _declared_versions(list(versions.values()))
+
+
 class QlikJsonDecoder(Decoder):
     name = "qlik-json"
     description = (
@@ -347,7 +486,8 @@ class QlikJsonDecoder(Decoder):
                 image_keys.alias("_image_keys"),
             ),
         )
-        md = F.broadcast(_metadata(spark, [*files, *options.context_files]))
+        lookup, declared = _lookup(spark, [*files, *options.context_files])
+        md = F.broadcast(lookup)
         # The names differ on either side (_tag/tag, _key/key), so the condition needs no frames.
         on = (E.col("_tag") == E.col("tag")) & (E.col("_key") == E.col("key"))
         joined = staged.join(md, on.column(), "left")
@@ -374,9 +514,9 @@ class QlikJsonDecoder(Decoder):
             *[c for c in staged.columns if not c.startswith("_") or c in ("_event_ms", "_data", "_before")],
             *E.columns(chosen.alias("_md"), table.alias("_table")),
         )
-        return self._events(resolved)
+        return self._events(resolved, declared)
 
-    def _events(self, df: DataFrame) -> DataFrame:
+    def _events(self, df: DataFrame, declared: list[_DeclaredVersion]) -> DataFrame:
         msg = E.col("j.message")
         headers = msg["headers"]
         md = E.col("_md")
@@ -395,57 +535,77 @@ class QlikJsonDecoder(Decoder):
             # Without a column mask every column is present: no lambda.
             return E.when(mask.isNull(), image).otherwise(E.map_filter(image, lambda k, v: present(k)))
 
-        def typed(captured: Expr) -> tuple[Expr, Expr]:
-            text = E.transform_values(
-                captured, lambda k, v: E.when(~E.is_variant_null(v), E.try_variant_get(v, "$", "string"))
-            )
+        def convert(k: Expr, v: Expr) -> Expr:
+            t = md["types"][k]
+            return E.when(t.isNull(), v).otherwise(_declared_value(_text(v), t))
 
-            def convert(k: Expr, v: Expr) -> Expr:
-                t = md["types"][k]
-                s = E.when(~E.is_variant_null(v), E.try_variant_get(v, "$", "string"))
-                return (
-                    E.when(t.isNull(), v)
-                    .when(t == "binary", E.try_to_binary(s, "hex").cast("variant"))
-                    .otherwise(text_to_variant(s, t))
-                )
-
-            return text, E.transform_values(captured, convert)
-
-        delete_image = E.when(op == OP_DELETE, E.coalesce(E.col("_before"), E.col("_data"))).otherwise(
-            E.col("_before")
-        )
-        # The captured columns once, in a select of their own: both the text and the typed image read them.
+        # One select per step: each step reads the one before several times.
+        spec = _Specialised(declared)
+        images = {"after": E.col("_data"), "before": E.col("_delete_image")}
         df = df.select(
             "*",
             *E.columns(
-                captured(E.col("_data")).alias("_data_captured"),
-                captured(delete_image).alias("_before_captured"),
+                op.alias("_op"),
+                mask.alias("_mask"),
+                E.when(op == OP_DELETE, E.coalesce(E.col("_before"), E.col("_data")))
+                .otherwise(E.col("_before"))
+                .alias("_delete_image"),
             ),
         )
-        after_text, after = typed(E.col("_data_captured"))
-        before_text, before = typed(E.col("_before_captured"))
+        md, mask = E.col("_md"), E.col("_mask")
+        df = df.select(
+            "*",
+            *E.columns(*(spec.version(md, image, mask).alias(f"_{n}_vid") for n, image in images.items())),
+        )
+        df = df.select(
+            "*",
+            *E.columns(
+                *(spec.texts(E.col(f"_{n}_vid"), image).alias(f"_{n}_texts") for n, image in images.items()),
+                *(
+                    E.when(E.col(f"_{n}_vid").isNull(), captured(image)).alias(f"_{n}_captured")
+                    for n, image in images.items()
+                ),
+            ),
+        )
+        df = df.select(
+            "*",
+            *E.columns(
+                *(spec.typed(E.col(f"_{n}_vid"), E.col(f"_{n}_texts")).alias(f"_{n}_typed") for n in images),
+                *(
+                    E.transform_values(E.col(f"_{n}_captured"), convert).alias(f"_{n}_general")
+                    for n in images
+                ),
+            ),
+        )
+
+        def image_and_failed(n: str) -> tuple[Expr, Expr]:
+            vid, texts, typed = E.col(f"_{n}_vid"), E.col(f"_{n}_texts"), E.col(f"_{n}_typed")
+            general, captured_ = E.col(f"_{n}_general"), E.col(f"_{n}_captured")
+            image = E.when(vid.isNotNull(), spec.image(vid, typed)).otherwise(general)
+            failed = E.when(vid.isNotNull(), spec.failed(texts, typed)).otherwise(
+                failed_conversions(E.transform_values(captured_, lambda k, v: _text(v)), general)
+            )
+            return image, failed
+
+        after, after_failed = image_and_failed("after")
+        before, before_failed = image_and_failed("before")
         staged = df.select(
             "*",
             *E.columns(
-                op.alias("_op"),
-                after_text.alias("_after_text"),
                 after.alias("_after"),
-                before_text.alias("_before_text"),
                 before.alias("_before_img"),
+                (after_failed | before_failed).alias("_bad_value"),
             ),
         )
         op = E.col("_op")
         not_object = lambda v: _not_null(v).isNotNull() & ~_is_object(v)  # noqa: E731
-        bad_value = failed_conversions(E.col("_after_text"), E.col("_after")) | failed_conversions(
-            E.col("_before_text"), E.col("_before_img")
-        )
-        # Some column of the table is absent from the mask (read by ordinal: no lookup per column).
+        # Some column of the table is absent from the mask: by literal ordinals for a specialised
+        # version, else read by ordinal (no lookup per column).
         ordinals = E.map_values(md["columns"])["ordinal"]
-        partial = (
-            (op != OP_DELETE)
-            & mask.isNotNull()
-            & E.exists(ordinals, lambda o: o.isNotNull() & ~column_present(mask, o))
-        )
+        missing = E.exists(ordinals, lambda o: o.isNotNull() & ~column_present(mask, o))
+        for version in reversed(declared):
+            missing = E.when(md["vid"] == version.vid, ~version.all_present(mask)).otherwise(missing)
+        partial = (op != OP_DELETE) & mask.isNotNull() & missing
         kind, reason = classify(
             (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
             (E.col("bad").isNotNull(), KIND_QUARANTINED, E.col("bad")),
@@ -456,7 +616,7 @@ class QlikJsonDecoder(Decoder):
             (not_object(msg["data"]) | not_object(msg["beforeData"]), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
             (md.isNull() | md["columns"].isNull(), KIND_QUARANTINED, Q_UNKNOWN_TABLE),
             (mask.isNotNull() & ~mask.rlike("^[0-9A-Fa-f]+$"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+            (E.col("_bad_value"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (
                 op.isin(OP_READ, OP_INSERT, OP_UPDATE) & E.col("_data").isNull(),
                 KIND_QUARANTINED,

@@ -465,7 +465,7 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
     changes_ref: list[DataFrame] = []
 
     def build(files: list[LandedFile]) -> DataFrame:
-        if not read.kept and files != read.files:  # a salvaging retry leaves out a damaged file
+        if not read.kept and (read.events is None or files != read.files):  # first, or a salvaging retry
             read.files, read.events = files, decode(files)
         events = _select_tables(read.events, spec.tables)
         keyed = keyed_events(events, spec.as_of_ms)

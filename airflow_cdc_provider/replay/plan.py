@@ -50,7 +50,7 @@ class Input:
     plain rebuild leaves them lazy: the fold's shuffle is then the only pass over the landing.
     """
 
-    events: DataFrame
+    events: DataFrame | None  # None until the fold's build decodes a lazy rebuild's files
     files: list[LandedFile]
     skipped: dict[str, list[LandedFile]]
     base: BaseState | None
@@ -92,15 +92,17 @@ def decode_json(spec: SnapshotSpec) -> dict:
 def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: bool) -> Input:
     """List, prune and decode the landed files; with ``--base``, only those the base did not cover.
 
-    A rebuild that writes no state gets its events lazily (``kept`` false): nothing is read until
-    the fold runs. Otherwise they are decoded and kept once. Reads everything (a full rebuild) when
+    A rebuild that writes no state decodes in the fold's build (``kept`` false, ``events`` None):
+    a decoder may read the landing while planning (Qlik's MD messages), and a damaged compressed
+    file must surface where ``checkpoint_salvaging`` catches it. Otherwise the events are decoded
+    and kept once. Reads everything (a full rebuild) when
     the base cannot be used or this run's events could not be folded onto it; the ``incremental``
     block says which happened and why.
     """
     listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
     skipped = {SKIPPED_PARTITION: after_as_of}
     if not spec.writes_state:
-        return Input(decode(listed), listed, skipped, None, None, kept=False)
+        return Input(None, listed, skipped, None, None, kept=False)
     state, why_full = read_base_state(spark, spec.base) if spec.base else (None, None)
     if state is not None:
         why_full = _base_mismatch(spec, state)

@@ -155,6 +155,21 @@ def customer(id_: int, name: str | None, balance: str = "10.50", **extra: Any) -
     return row
 
 
+def typed_customer(id_: int, name: str) -> dict[str, str]:
+    """``customer(id_, name)`` as ``decode`` shows its image: every value converted to its MD type."""
+    return {
+        "ID": f"INT {id_}",
+        "NAME": f'STRING "{name}"',
+        "BALANCE": "DECIMAL 10.5",
+        "ACTIVE": "BOOLEAN true",
+        "BORN": 'DATE "1990-01-02"',
+        "UPDATED": 'TIMESTAMP "2024-09-01 08:00:00.25+00:00"',
+        "PHOTO": 'BINARY "yv4="',
+        "SCORE": "DOUBLE 1.5",
+        "VISITS": "DECIMAL 18446744073709551615",
+    }
+
+
 def land(path: Path, *messages: Any) -> Path:
     """One JSON message per line, the way a Kafka sink lands them (strings are written as given)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -254,17 +269,7 @@ def test_each_message_becomes_one_typed_canonical_event(spark, tmp_path):
         ("crm.json", 3, "change", "update", None, "dbo.CUSTOMERS"),
         ("crm.json", 4, "change", "delete", None, "dbo.CUSTOMERS"),
     ]
-    full = {
-        "ID": "INT 1",
-        "NAME": 'STRING "Ann"',
-        "BALANCE": "DECIMAL 10.5",
-        "ACTIVE": "BOOLEAN true",
-        "BORN": 'DATE "1990-01-02"',
-        "UPDATED": 'TIMESTAMP "2024-09-01 08:00:00.25+00:00"',
-        "PHOTO": 'BINARY "yv4="',
-        "SCORE": "DOUBLE 1.5",
-        "VISITS": "DECIMAL 18446744073709551615",
-    }
+    full = typed_customer(1, "Ann")
     refresh, update, delete = rows[1], rows[2], rows[3]
     assert refresh["after"] == full
     assert refresh["before"] is None
@@ -359,6 +364,34 @@ def test_column_not_captured_is_absent_and_marks_the_image_partial(spark, tmp_pa
     assert not_captured["after"]["BALANCE"] == "DECIMAL 11"
     assert set_null["partial"] is False
     assert "NAME" in set_null["after"] and set_null["after"]["NAME"] is None
+
+
+def test_images_that_are_not_exactly_the_declared_columns_are_typed_the_same_way(spark, tmp_path):
+    # An image holding exactly the MD's columns, all captured, is typed by one compiled expression per
+    # column; any other image by the general per-value typing. Both must give the same values.
+    typed = typed_customer(1, "a")
+    named = {"schema": "dbo", "table": "CUSTOMERS"}  # found by name: NOTE is not an MD column
+    without_score = customer(1, "a")
+    del without_score["SCORE"]
+    path = land(
+        tmp_path / "crm.json",
+        md(),
+        dt_msg("INSERT", customer(1, "a"), seq=seq(1), at=at(1), **named),
+        # A column the MD does not declare keeps its JSON value and reaches the snapshot.
+        dt_msg("INSERT", customer(1, "a", NOTE="x"), seq=seq(2), at=at(2), **named),
+        dt_msg("INSERT", without_score, seq=seq(3), at=at(3), mask=None, **named),
+        dt_msg("INSERT", customer(1, "a", "abc", NOTE="x"), seq=seq(4), at=at(4), **named),
+        dt_msg("INSERT", customer(1, "a", "abc"), seq=seq(5), at=at(5), **named),
+    )
+    _, exact, undeclared, missing, bad_general, bad_exact = decode(spark, path)
+    assert exact["after"] == typed
+    assert undeclared["after"] == {**typed, "NOTE": 'STRING "x"'}
+    assert missing["after"] == {k: v for k, v in typed.items() if k != "SCORE"}
+    assert [(r["kind"], r["reason"]) for r in (exact, undeclared, missing)] == [("change", None)] * 3
+    assert [r["partial"] for r in (exact, undeclared, missing)] == [False] * 3
+    assert [(r["kind"], r["reason"]) for r in (bad_general, bad_exact)] == [
+        ("quarantined", "type mismatch")
+    ] * 2
 
 
 # ------------------------------------------------------------------ finding the table of a DT message
