@@ -36,7 +36,16 @@ def spark():
     session = build_session(
         master="local[2]",
         app_name="airflow-cdc-provider-tests",
-        extra_conf={"spark.sql.shuffle.partitions": "4"},
+        extra_conf={
+            "spark.sql.shuffle.partitions": "4",
+            # The suite plans thousands of queries on tiny inputs, so planning, not data, is its cost.
+            # Spark keeps 100 compiled classes by default: the suite's formats and stages evict
+            # each other and recompile (about an eighth of a module's time).
+            "spark.sql.codegen.cache.maxEntries": "4000",
+            # Each query's plan text goes to the listener bus; the decoders' plans are large.
+            "spark.sql.ui.explainMode": "simple",
+            "spark.sql.maxPlanStringLength": "1000",
+        },
     )
     yield session
     session.stop()
