@@ -511,9 +511,12 @@ def _fold_aggregates(
         ord_.alias("ord"), E.col("_new_key").alias("to"), E.col("_moved_partially").alias("partial")
     )
     if partial_images:
+        kept_reset, kept_partial = t.reset, t.partial_update
+        if "_base" not in keyed.columns:
+            flagged, kept_reset, kept_partial = _needed_for_partials(flagged, t)
         lists = [
-            E.collect_list(E.when(t.reset, t.resetting)).alias("resets"),
-            E.collect_list(E.when(t.partial_update, E.struct(ord_.alias("ord"), E.col("after")))).alias(
+            E.collect_list(E.when(kept_reset, t.resetting)).alias("resets"),
+            E.collect_list(E.when(kept_partial, E.struct(ord_.alias("ord"), E.col("after")))).alias(
                 "partials"
             ),
             E.collect_list(E.when(t.moved_away, move)).alias("moves_out"),
@@ -542,6 +545,33 @@ def _fold_aggregates(
         E.min_by(E.when(t.listed, t.listing), E.when(t.listed, ord_)).alias("first"),
         E.first(E.col("_key_cols"), E.lit(True)).alias("key_names"),
     ]
+
+
+def _needed_for_partials(flagged: DataFrame, t: _Terms) -> tuple[DataFrame, Expr, Expr]:
+    """``flagged`` with what each key's lists must keep, and the conditions that keep them.
+
+    ``resets`` serve only to rebuild a row just before a move to another key, so a key that never
+    moves keeps none (its ``reset`` is the latest). A partial image before the key's latest reset
+    is overwritten by it, unless a move needs the state before that reset. Read over the whole key,
+    in the counting window's order (no sort of its own), so the lists no longer grow with every
+    event of a hot key. Not for incremental runs: a partial older than the base's row must stay
+    visible to ``unreplayable_partials``.
+    """
+    group = ", ".join(E.col(g).sql for g in _GROUP)
+    whole = (
+        f"PARTITION BY {group} ORDER BY {_counting_order()} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
+    )
+    flagged = flagged.select(
+        "*",
+        *E.columns(
+            E.max(t.moved_away).over(whole).alias("_key_moves"),
+            E.max(E.when(t.reset, t.ord)).over(whole).alias("_last_reset"),
+        ),
+    )
+    moves, last_reset = E.col("_key_moves"), E.col("_last_reset")
+    after_last_reset = last_reset.isNull() | (t.ord > last_reset)
+    return flagged, t.reset & moves, t.partial_update & (moves | after_last_reset)
 
 
 def _full_image_lists(folded: DataFrame) -> DataFrame:
