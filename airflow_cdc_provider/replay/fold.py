@@ -354,7 +354,9 @@ def _group_hash() -> Expr:
     return E.xxhash64("table", "_tag", "_key")
 
 
-def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
+def _count_flags(
+    keyed: DataFrame, changes: DataFrame | None, whole_key: dict[str, Expr] | None = None
+) -> DataFrame:
     """Per applied row change, what it adds to the counts, from the events before it in position order.
 
     A window over each key's events (its sort shared with the fold's aggregation) stands in for
@@ -366,10 +368,8 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     applied = E.col("_applied")
     from_base = E.col("_base") if "_base" in keyed.columns else E.lit(False)
     counted = applied & ~E.col("_moved_away") & ~from_base
-    window = (
-        f"PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)} ORDER BY {_counting_order()} "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
-    )
+    spec = f"PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)} ORDER BY {_counting_order()}"
+    window = f"{spec} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
 
     def previous(value: Expr) -> Expr:
         return E.call("last", value, True).over(window)
@@ -391,6 +391,9 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
         columns.append(E.coalesce(earlier_max > E.col(BUCKET), E.lit(False)).alias(OUT_OF_ORDER))
     if changes is not None:
         columns.append(previous(E.when(applied, ordering())).alias("_prev_ord"))
+    # ``whole_key`` aggregates over all of a key's events, in the same window operator (same spec).
+    whole = f"{spec} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
+    columns += [aggregate.over(whole).alias(name) for name, aggregate in (whole_key or {}).items()]
     staged = with_truncs.select("*", *E.columns(columns))
     truncated_since = E.lit(False)
     if changes is not None:
@@ -408,7 +411,11 @@ def _count_flags(keyed: DataFrame, changes: DataFrame | None) -> DataFrame:
     def flag(condition: Expr) -> Expr:
         return E.when(condition, E.lit(1)).otherwise(E.lit(0))
 
-    helpers = [c for c in staged.columns if c not in keyed.columns and c != OUT_OF_ORDER]
+    helpers = [
+        c
+        for c in staged.columns
+        if c not in keyed.columns and c != OUT_OF_ORDER and c not in (whole_key or {})
+    ]
     return staged.select(
         "*",
         *E.columns(
@@ -506,14 +513,15 @@ def _fold_aggregates(
     hashed = (
         keyed if "_group_hash" in keyed.columns else keyed.withColumn("_group_hash", _group_hash().column())
     )
-    flagged = _count_flags(hashed, changes)
+    # Partial-image formats: what a key's lists must keep (not for incremental runs, whose partials
+    # older than the base's row must stay visible to ``unreplayable_partials``).
+    pruned = partial_images and "_base" not in keyed.columns
+    flagged = _count_flags(hashed, changes, _key_list_bounds(t) if pruned else None)
     move = E.struct(
         ord_.alias("ord"), E.col("_new_key").alias("to"), E.col("_moved_partially").alias("partial")
     )
     if partial_images:
-        kept_reset, kept_partial = t.reset, t.partial_update
-        if "_base" not in keyed.columns:
-            flagged, kept_reset, kept_partial = _needed_for_partials(flagged, t)
+        kept_reset, kept_partial = _kept_in_lists(t) if pruned else (t.reset, t.partial_update)
         lists = [
             E.collect_list(E.when(kept_reset, t.resetting)).alias("resets"),
             E.collect_list(E.when(kept_partial, E.struct(ord_.alias("ord"), E.col("after")))).alias(
@@ -547,31 +555,22 @@ def _fold_aggregates(
     ]
 
 
-def _needed_for_partials(flagged: DataFrame, t: _Terms) -> tuple[DataFrame, Expr, Expr]:
-    """``flagged`` with what each key's lists must keep, and the conditions that keep them.
+def _key_list_bounds(t: _Terms) -> dict[str, Expr]:
+    """Per key, over all its events: whether it ever moves to another key, and its latest reset."""
+    return {"_key_moves": E.max(t.moved_away), "_last_reset": E.max(E.when(t.reset, t.ord))}
+
+
+def _kept_in_lists(t: _Terms) -> tuple[Expr, Expr]:
+    """Which resets and partial images a key's lists keep (``_key_list_bounds`` read).
 
     ``resets`` serve only to rebuild a row just before a move to another key, so a key that never
     moves keeps none (its ``reset`` is the latest). A partial image before the key's latest reset
-    is overwritten by it, unless a move needs the state before that reset. Read over the whole key,
-    in the counting window's order (no sort of its own), so the lists no longer grow with every
-    event of a hot key. Not for incremental runs: a partial older than the base's row must stay
-    visible to ``unreplayable_partials``.
+    is overwritten by it, unless a move needs the state before that reset. So the lists no longer
+    grow with every event of a hot key.
     """
-    group = ", ".join(E.col(g).sql for g in _GROUP)
-    whole = (
-        f"PARTITION BY {group} ORDER BY {_counting_order()} "
-        "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
-    )
-    flagged = flagged.select(
-        "*",
-        *E.columns(
-            E.max(t.moved_away).over(whole).alias("_key_moves"),
-            E.max(E.when(t.reset, t.ord)).over(whole).alias("_last_reset"),
-        ),
-    )
     moves, last_reset = E.col("_key_moves"), E.col("_last_reset")
     after_last_reset = last_reset.isNull() | (t.ord > last_reset)
-    return flagged, t.reset & moves, t.partial_update & (moves | after_last_reset)
+    return t.reset & moves, t.partial_update & (moves | after_last_reset)
 
 
 def _full_image_lists(folded: DataFrame) -> DataFrame:
