@@ -439,8 +439,9 @@ def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = Fal
     truncate was applied (``needs_table_changes`` of its counts says whether that held). For
     full-image formats every aggregation buffer has a fixed size: the latest reset (``max_by``),
     the last move to another key, counts as sums. Formats with partial images (``partial_images``)
-    also keep their partial updates, every reset and every move to another key in lists: a key
-    change then carries the row's state at that moment. Rows flagged ``_base`` (an incremental
+    also keep lists: their moves to another key, the partial updates after the latest reset, and,
+    for a key that moves, every reset and partial update, so that a key change carries the row's
+    state at that moment (``_kept_in_lists``). Rows flagged ``_base`` (an incremental
     run's starting state) are applied but never counted; ``base_ord`` is then the position of the
     base's row of each key.
     """
