@@ -370,24 +370,28 @@ class _Specialised:
 
     def version(self, md: Expr, image: Expr, mask: Expr) -> Expr:
         """The ``vid`` of the specialised version the image fits; null when none does."""
-        if not self.declared:
-            return E.null("int")
-        chosen = E.when(self.declared[0].fits(md, image, mask), E.lit(self.declared[0].vid))
-        for v in self.declared[1:]:
-            chosen = chosen.when(v.fits(md, image, mask), E.lit(v.vid))
-        return chosen
+        return self._first(lambda v: v.fits(md, image, mask), lambda v: E.lit(v.vid), "int")
 
     def texts(self, vid: Expr, image: Expr) -> Expr:
         values = E.map_values(image)
         return E.when(vid.isNotNull(), E.array(*[_text(E.get(values, i)) for i in range(self.width)]))
 
-    def _by_version(self, vid: Expr, value: Callable[[_DeclaredVersion], Expr], null: str) -> Expr:
+    def _first(
+        self,
+        condition: Callable[[_DeclaredVersion], Expr],
+        value: Callable[[_DeclaredVersion], Expr],
+        null: str,
+    ) -> Expr:
+        """``CASE`` over the specialised versions: the value of the first whose condition holds."""
         if not self.declared:
             return E.null(null)
-        chosen = E.when(vid == self.declared[0].vid, value(self.declared[0]))
+        chosen = E.when(condition(self.declared[0]), value(self.declared[0]))
         for v in self.declared[1:]:
-            chosen = chosen.when(vid == v.vid, value(v))
+            chosen = chosen.when(condition(v), value(v))
         return chosen
+
+    def _by_version(self, vid: Expr, value: Callable[[_DeclaredVersion], Expr], null: str) -> Expr:
+        return self._first(lambda v: vid == v.vid, value, null)
 
     def typed(self, vid: Expr, texts: Expr) -> Expr:
         return self._by_version(vid, lambda v: v.typed(texts), "array<variant>")
