@@ -87,7 +87,8 @@ from airflow_cdc_provider.formats.sqlexpr import Expr
 
 KEY_COLUMN = "_id"
 # A Kafka key line is short; longer lines are never taken for one (and are not re-parsed to check).
-_KEY_LINE_MAX_CHARS = 4096
+# Bytes, not characters: a string's byte length is known without reading it.
+_KEY_LINE_MAX_BYTES = 4096
 
 _SOURCE = StructType(
     [
@@ -310,18 +311,14 @@ def convert_value(v: Expr, text: Expr) -> Expr:
     )
 
 
-def converted_document(doc: Expr) -> Expr:
-    """An extended-JSON document text -> its converted fields, ``_CONVERTED``.
+def converted_document(values: Expr, texts: Expr) -> Expr:
+    """A document's fields -> its converted fields, ``_CONVERTED``: per field its value, declared
+    type and whether it converted; null when there is no document or it is not a JSON object.
 
-    Per field its value, declared type and whether it converted; null when there is no document
-    or it is not a JSON object. The fields' texts are parsed once per document, before the walk
-    over its values, not again for each nested value that needs its text.
+    ``values`` and ``texts`` are the document parsed as ``_VALUES`` and as ``_TEXTS``, each in a
+    column of its own: an expression bound inside the walk would be evaluated interpreted.
     """
-    values = E.from_json(doc, _VALUES)
-    return let(
-        E.from_json(doc, _TEXTS),
-        lambda texts: E.transform_values(values, lambda k, v: convert_value(v, texts[k])),
-    )
+    return E.transform_values(values, lambda k, v: convert_value(v, texts[k]))
 
 
 def image_of(converted: Expr) -> Expr:
@@ -364,7 +361,9 @@ def is_key_line(text: Expr) -> Expr:
     """A Kafka key as Debezium writes it: ``{"id": ...}``, bare or in a Connect ``payload``."""
     # Cheap tests first: a value names its "op", a key never does; only the rest is parsed again.
     short = (
-        (E.length(text) <= _KEY_LINE_MAX_CHARS) & (E.instr(text, '"op"') == 0) & (E.instr(text, '"id"') > 0)
+        (E.octet_length(text) <= _KEY_LINE_MAX_BYTES)
+        & (E.instr(text, '"op"') == 0)
+        & (E.instr(text, '"id"') > 0)
     )
     keys = E.array_sort(E.json_object_keys(text))
     payload_keys = E.json_object_keys(E.get_json_object(text, "$.payload"))
@@ -383,8 +382,22 @@ def key_line_id(text: Expr) -> Expr:
     )
 
 
-def _patch_parts(patch_text: Expr) -> Expr:
-    """A 1.x ``patch`` in parts, each text parsed once (null without a patch).
+def _with_patch(records: DataFrame, patch_text: Expr) -> DataFrame:
+    """``records`` with a 1.x ``patch`` parsed in stages, each text once: ``_patch`` (its fields),
+    ``_ops`` (the same, when it holds update operators or a ``$v: 2`` diff) and ``_diff``."""
+    patch = E.col("_patch")
+    # An update operator is a key starting with $. In the keys' JSON text an element's opening
+    # quote follows [ or , (a quote inside a key is escaped), so this finds exactly those.
+    operators = E.to_json(E.map_keys(patch)).rlike(r'[\[,]"\$')
+    return (
+        records.select("*", E.from_json(patch_text, _TEXTS).alias("_patch").column())
+        .select("*", E.when(operators | E.map_contains_key(patch, "diff"), patch).alias("_ops").column())
+        .select("*", E.from_json(E.col("_ops")["diff"], _TEXTS).alias("_diff").column())
+    )
+
+
+def _patch_parts(patch_text: Expr) -> dict[str, Expr]:
+    """A 1.x ``patch`` in parts, from the columns of ``_with_patch`` (all null without a patch).
 
     ``not_object``; ``replacement``, the whole document when the patch has no update operators;
     the documents of fields it sets (``set``, the ``$v: 2`` diff's ``diff_u`` and ``diff_i``); the
@@ -392,31 +405,20 @@ def _patch_parts(patch_text: Expr) -> Expr:
     for a nested field.
     """
     no_names = E.array().cast("array<string>")
-
-    def parts(patch: Expr, ops: Expr, diff: Expr) -> Expr:
-        removed = [E.from_json(ops["$unset"], _TEXTS), E.from_json(diff["d"], _TEXTS)]
-        return E.struct(
-            patch.isNull().alias("not_object"),
-            E.when(ops.isNull(), patch_text).alias("replacement"),
-            ops["$set"].alias("set"),
-            diff["u"].alias("diff_u"),
-            diff["i"].alias("diff_i"),
-            E.flatten(E.array(*[E.coalesce(E.map_keys(r), no_names) for r in removed])).alias("unset"),
-            (E.size(E.array_except(E.map_keys(diff), E.array(E.lit("u"), E.lit("i"), E.lit("d")))) > 0).alias(
-                "nested"
-            ),
-        )
-
-    def with_patch(patch: Expr) -> Expr:
-        # An update operator is a key starting with $. In the keys' JSON text an element's opening
-        # quote follows [ or , (a quote inside a key is escaped), so this finds exactly those.
-        operators = E.to_json(E.map_keys(patch)).rlike(r'[\[,]"\$')
-        patch_ops = E.when(operators | E.map_contains_key(patch, "diff"), patch)
-        return let(
-            patch_ops, lambda ops: let(E.from_json(ops["diff"], _TEXTS), lambda diff: parts(patch, ops, diff))
-        )
-
-    return E.when(patch_text.isNotNull(), let(E.from_json(patch_text, _TEXTS), with_patch))
+    patch, ops, diff = E.col("_patch"), E.col("_ops"), E.col("_diff")
+    removed = [E.from_json(ops["$unset"], _TEXTS), E.from_json(diff["d"], _TEXTS)]
+    return {
+        "not_object": patch_text.isNotNull() & patch.isNull(),
+        "replacement": E.when(ops.isNull(), patch_text),
+        "set": ops["$set"],
+        "diff_u": diff["u"],
+        "diff_i": diff["i"],
+        "unset": E.when(
+            patch_text.isNotNull(),
+            E.flatten(E.array(*[E.coalesce(E.map_keys(r), no_names) for r in removed])),
+        ),
+        "nested": E.size(E.array_except(E.map_keys(diff), E.array(E.lit("u"), E.lit("i"), E.lit("d")))) > 0,
+    }
 
 
 def _any(conditions: list[Expr]) -> Expr:
@@ -439,7 +441,7 @@ class DebeziumMongodbDecoder(Decoder):
     transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
-        parsed = parse_json_records(spark, files, RECORD_SCHEMA, previous_max_chars=_KEY_LINE_MAX_CHARS)
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA, previous_max_bytes=_KEY_LINE_MAX_BYTES)
         return self._events(self._images(self._converted(self._documents(parsed))))
 
     @staticmethod
@@ -449,6 +451,7 @@ class DebeziumMongodbDecoder(Decoder):
         e = Envelope()
         src = e["source"]
         description = e["updateDescription"]
+        parsed = _with_patch(parsed, e["patch"])
         patch = _patch_parts(e["patch"])
         no_names = E.array().cast("array<string>")
         # Fields set (documents) and removed (names) by a partial update, whatever its form.
@@ -496,16 +499,24 @@ class DebeziumMongodbDecoder(Decoder):
     @staticmethod
     def _converted(documents: DataFrame) -> DataFrame:
         """Every document converted, and whether its text is not a JSON object."""
+        parsed = documents.select(
+            "*",
+            *E.columns(
+                *[
+                    E.from_json(E.col(f"{name}_text"), schema).alias(f"{name}_{part}")
+                    for name in _DOCUMENTS
+                    for part, schema in (("values", _VALUES), ("texts", _TEXTS))
+                ]
+            ),
+        )
         columns = []
         for name in _DOCUMENTS:
-            text = E.col(f"{name}_text")
-            converted = converted_document(text)
-            # Written twice, evaluated once (a common subexpression of one projection).
+            values = E.col(f"{name}_values")
             columns += [
-                converted.alias(name),
-                (text.isNotNull() & converted.isNull()).alias(f"{name}_not_object"),
+                converted_document(values, E.col(f"{name}_texts")).alias(name),
+                (E.col(f"{name}_text").isNotNull() & values.isNull()).alias(f"{name}_not_object"),
             ]
-        return documents.select(
+        return parsed.select(
             *_RECORD,
             "e",
             "op",

@@ -40,7 +40,7 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def parse_json_records(
-    spark: SparkSession, files: list[LandedFile], schema: StructType, previous_max_chars: int | None = None
+    spark: SparkSession, files: list[LandedFile], schema: StructType, previous_max_bytes: int | None = None
 ) -> DataFrame:
     """Read ``files`` and parse each record against ``schema``.
 
@@ -49,8 +49,8 @@ def parse_json_records(
     reason for a record that did not parse (null otherwise). Whitespace-only lines are dropped:
     they are not records.
 
-    With ``previous_max_chars`` there is also ``previous``: the text of the line just before in its
-    file, when that line is a record (not blank) at most that long (null otherwise). Landings that
+    With ``previous_max_bytes`` there is also ``previous``: the text of the line just before in its
+    file, when that line is a record (not blank) at most that many bytes long (null otherwise). Landings that
     write a Kafka key on the line before its value (Debezium MongoDB) pair them this way; it costs
     a window over each file's lines, which also pairs lines on either side of a split boundary.
     """
@@ -60,12 +60,15 @@ def parse_json_records(
     # A blank line (whitespace only, not empty) is no record; an empty line is a Kafka tombstone.
     blank = E.coalesce((E.trim(text) == "") & (text != ""), E.lit(False))
     extra: list[Column] = []
-    if previous_max_chars is not None:
+    if previous_max_bytes is not None:
         # Before blank lines go: a blank line between a key and a value leaves them unpaired.
         before = F.lag("text", 1).over(Window.partitionBy("file").orderBy("file_pos"))
         records = records.select("*", before.alias("_before"))
         extra = [
-            E.when((E.length("_before") <= previous_max_chars) & (E.trim("_before") != ""), E.col("_before"))
+            E.when(
+                (E.octet_length("_before") <= previous_max_bytes) & (E.trim("_before") != ""),
+                E.col("_before"),
+            )
             .alias("previous")
             .column()
         ]
