@@ -99,8 +99,9 @@ def _present(v: Expr) -> Expr:
     return E.when(v.isNotNull() & ~E.is_variant_null(v), v)
 
 
-def _not_object(v: Expr) -> Expr:
-    return _present(v).isNotNull() & ~E.schema_of_variant(v).startswith("OBJECT")
+def _not_object(v: Expr, image: Expr) -> Expr:
+    """A value present whose ``_image`` is null: no JSON object."""
+    return _present(v).isNotNull() & image.isNull()
 
 
 def _image(v: Expr) -> Expr:
@@ -108,15 +109,20 @@ def _image(v: Expr) -> Expr:
 
 
 def _property(properties: Expr, name: str) -> Expr:
-    found = E.filter(properties, lambda p: E.lower(p["name"]) == name.lower())
-    return E.try_element_at(found, 1)["value"]
+    """The value of the first property called ``name`` in any letter case.
+
+    Compared under a case-insensitive collation, so the search is compiled code, not a lambda.
+    """
+    names = properties["name"].cast("array<string collate UTF8_LCASE>")
+    position = E.array_position(names, E.lit(name)).cast("int")
+    return E.when(position > 0, E.element_at(properties, position))["value"]
 
 
 def log_position(properties: Expr) -> Expr:
     """``[lsn, txId]`` from the transaction properties (``scn`` stands in for ``lsn``); null if none."""
     lsn = E.coalesce(_property(properties, "lsn"), _property(properties, "scn")).try_cast("bigint")
     tx = _property(properties, "txId").try_cast("bigint")
-    return E.when(lsn.isNotNull(), E.filter(E.array(lsn, tx), lambda x: x.isNotNull()))
+    return E.when(lsn.isNotNull(), E.when(tx.isNull(), E.array(lsn)).otherwise(E.array(lsn, tx)))
 
 
 class CdlJsonDecoder(Decoder):
@@ -185,7 +191,9 @@ class CdlJsonDecoder(Decoder):
             (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (
-                _not_object(p["data"]) | _not_object(p["before"]) | _not_object(p["unique"]),
+                _not_object(p["data"], data)
+                | _not_object(p["before"], before)
+                | _not_object(p["unique"], unique),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

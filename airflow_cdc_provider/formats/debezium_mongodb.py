@@ -322,11 +322,12 @@ def converted_document(values: Expr, texts: Expr) -> Expr:
 
 
 def image_of(converted: Expr) -> Expr:
-    return E.transform_values(converted, lambda k, c: c["v"])
+    return E.map_from_arrays(E.map_keys(converted), E.map_values(converted)["v"])
 
 
 def types_of(converted: Expr) -> Expr:
-    return E.map_filter(E.transform_values(converted, lambda k, c: c["t"]), lambda k, t: t.isNotNull())
+    types = E.map_from_arrays(E.map_keys(converted), E.map_values(converted)["t"])
+    return E.map_filter(types, lambda k, t: t.isNotNull())
 
 
 def failed(converted: Expr) -> Expr:
@@ -336,20 +337,14 @@ def failed(converted: Expr) -> Expr:
 def _overlay(base: Expr, top: Expr) -> Expr:
     """``base`` with ``top``'s fields in place of its own and ``top``'s other fields after them.
 
-    Both are read inside lambdas: pass columns or lambda variables (``_overlay_once`` otherwise).
-    Converted values are never null, so ``top[k]`` is null only where ``top`` lacks ``k``.
+    Pass columns or lambda variables: each is read several times. Converted values are never
+    null, so ``top[k]`` is null only where ``top`` lacks ``k``. Maps without a common field (a
+    partial update's fields beside its ``_id``) are concatenated without a walk over them.
     """
+    disjoint = E.size(E.array_intersect(E.map_keys(base), E.map_keys(top))) == 0
     replaced = E.transform_values(base, lambda k, v: E.coalesce(top[k], v))
-    return E.map_concat(replaced, E.map_filter(top, lambda k, t: ~E.map_contains_key(base, k)))
-
-
-def _overlay_once(base: Expr, top: Expr) -> Expr:
-    """``_overlay`` of two expressions, each evaluated once."""
-    return let(E.struct(base.alias("b"), top.alias("t")), lambda p: _overlay(p["b"], p["t"]))
-
-
-def _only_id(converted: Expr) -> Expr:
-    return E.map_filter(converted, lambda k, c: k == KEY_COLUMN)
+    walked = E.map_concat(replaced, E.map_filter(top, lambda k, t: ~E.map_contains_key(base, k)))
+    return E.when(disjoint, E.map_concat(base, top)).otherwise(walked)
 
 
 def _id_document(id_text: Expr) -> Expr:
@@ -533,10 +528,12 @@ class DebeziumMongodbDecoder(Decoder):
         op = E.col("op")
         empty = E.map().cast(_CONVERTED)
         sets = [E.col(n) for n in ("updated_doc", "set_doc", "diff_u_doc", "diff_i_doc")]
-        # The sets given, overlaid in order.
-        any_set = _any([s.isNotNull() for s in sets])
-        set_fields = E.when(
-            any_set,
+        # The sets given, overlaid in order (one set, the usual case, as it is).
+        given = functools.reduce(
+            operator.add, [E.when(s.isNotNull(), E.lit(1)).otherwise(E.lit(0)) for s in sets]
+        )
+        set_fields = E.when(given == 1, E.coalesce(*sets)).when(
+            given > 1,
             E.aggregate(
                 E.array(*sets), empty, lambda acc, s: E.when(s.isNull(), acc).otherwise(_overlay(acc, s))
             ),
@@ -547,18 +544,20 @@ class DebeziumMongodbDecoder(Decoder):
             E.null("variant").alias("v"), E.null("string").alias("t"), E.lit(True).alias("ok")
         )
         unset_fields = E.map_from_arrays(unset, E.array_repeat(null_value, E.size(unset)))
-        has_partial = any_set | (E.size(unset) > 0)
-        partial_fields = _overlay_once(E.coalesce(set_fields, empty), unset_fields)
+        has_partial = (given > 0) | (E.size(unset) > 0)
         # _id: the document's own, else the Kafka key, else the 1.x filter.
         id_image = E.coalesce(
             *[
-                E.when(E.map_contains_key(E.col(d), KEY_COLUMN), _only_id(E.col(d)))
+                E.when(
+                    E.map_contains_key(E.col(d), KEY_COLUMN), E.map(E.lit(KEY_COLUMN), E.col(d)[KEY_COLUMN])
+                )
                 for d in ("key_doc", "filter_doc", "before_doc")
             ]
         )
         full_after = E.coalesce(E.col("after_doc"), E.col("replacement_doc"))
+        partial_fields = _overlay(E.coalesce(set_fields, empty), unset_fields)
         after = E.when(op.isin(OP_INSERT, OP_READ, OP_UPDATE) & full_after.isNotNull(), full_after).when(
-            (op == OP_UPDATE) & has_partial, _overlay_once(E.coalesce(id_image, empty), partial_fields)
+            (op == OP_UPDATE) & has_partial, _overlay(E.coalesce(id_image, empty), partial_fields)
         )
         before = E.when(op == OP_DELETE, E.coalesce(E.col("before_doc"), id_image)).when(
             op == OP_UPDATE, E.col("before_doc")
