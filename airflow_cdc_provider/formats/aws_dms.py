@@ -367,27 +367,32 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
         table_name.isNotNull(), E.concat_ws(".", E.nullif(E.trim(meta["schema-name"]), E.lit("")), table_name)
     )
     stamp = E.try_to_timestamp(meta["timestamp"])
+    text = E.col("text")
+    may_hold_before = (E.instr(text, f'"{BEFORE_PREFIX}') > 0) | (E.instr(text, "\\u") > 0)
     staged = parsed.select(
         "*",
         *E.columns(
             op.alias("_op"),
             table.alias("_table"),
             stamp.alias("_stamp"),
-            # The before image: BI_ columns of `data` (prefix dropped), or a before-image object.
-            E.coalesce(
-                E.col(f"j.{BEFORE_IMAGE_FIELD}"),
-                let(
-                    E.transform_keys(
-                        E.map_filter(data, lambda k, v: k.startswith(BEFORE_PREFIX)),
-                        lambda k, v: E.substring(k, len(BEFORE_PREFIX) + 1, 1 << 20),
-                    ),
-                    lambda bi: E.when(E.size(bi) > 0, bi),
+            # BI_ columns of `data` (prefix dropped), and the row without them. The walks over
+            # `data` run only where the text names a BI_ column (or escapes a character, which
+            # could spell one): most records, inserts and deletes, have none.
+            E.when(
+                may_hold_before,
+                E.transform_keys(
+                    E.map_filter(data, lambda k, v: k.startswith(BEFORE_PREFIX)),
+                    lambda k, v: E.substring(k, len(BEFORE_PREFIX) + 1, 1 << 20),
                 ),
-            ).alias("_before"),
-            E.map_filter(data, lambda k, v: ~k.startswith(BEFORE_PREFIX)).alias("_row"),
+            ).alias("_bi"),
+            E.when(may_hold_before, E.map_filter(data, lambda k, v: ~k.startswith(BEFORE_PREFIX)))
+            .otherwise(data)
+            .alias("_row"),
         ),
     )
     op, row, stamp = E.col("_op"), E.col("_row"), E.col("_stamp")
+    # The before image: the BI_ columns, or a before-image object.
+    before = E.coalesce(E.col(f"j.{BEFORE_IMAGE_FIELD}"), E.when(E.size("_bi") > 0, E.col("_bi")))
     bad = E.col("bad")
     kind, reason = classify(
         (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
@@ -416,9 +421,7 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
             log_pos=_position(op == OP_READ, E.unix_micros(stamp)),
             sub_pos=E.lit(0),
             tx_id=meta["transaction-id"],
-            before=E.when(is_change & (op == OP_DELETE), row).when(
-                is_change & (op == OP_UPDATE), E.col("_before")
-            ),
+            before=E.when(is_change & (op == OP_DELETE), row).when(is_change & (op == OP_UPDATE), before),
             after=E.when(is_change & (op != OP_DELETE), row),
             partial=E.lit(False),
             key_cols=_definition_keys(catalog, E.col("_table")),

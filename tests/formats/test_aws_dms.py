@@ -201,6 +201,21 @@ def test_json_every_op_control_records_and_key_changes(spark, replay, tmp_path):
     assert_events_add_up(metrics)
 
 
+def test_json_before_image_columns_are_found_however_their_names_are_written(spark, tmp_path):
+    # A JSON writer may escape any character of a key: "\u0042I_name" is the column BI_name.
+    escaped = record("update", {"id": 2, "name": "b2"}, ms=T0 + 1000).replace(
+        '"name": "b2"', '"name": "b2", "\\u0042I_id": 2, "\\u0042I_name": "b"'
+    )
+    plain = record("update", {"id": 3, "name": "c2", "BI_id": 3, "BI_name": "c"}, ms=T0 + 2000)
+    bare = record("insert", {"id": 4, "name": "no before image"}, ms=T0 + 3000)
+    events = decode_events(spark, FMT, write(tmp_path / "in" / "topic-0.json", lines(escaped, plain, bare)))
+    assert [(e["before"], e["after"]) for e in events] == [
+        ({"id": 2, "name": "b"}, {"id": 2, "name": "b2"}),
+        ({"id": 3, "name": "c"}, {"id": 3, "name": "c2"}),
+        (None, {"id": 4, "name": "no before image"}),
+    ]
+
+
 def test_json_files_out_of_order_and_redelivered(replay, tmp_path):
     landing = tmp_path / "in"
     # Listed first, but holding the later changes; the second file re-delivers one message.
