@@ -300,11 +300,9 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
 def _choose_version(versions: Expr, event_ms: Expr) -> Expr:
     """The newest table version announced at or before the change, else the oldest one."""
     preceding = E.filter(versions, lambda v: v["lineage_ms"] <= event_ms)
-    return E.coalesce(E.try_element_at(preceding, -1), E.try_element_at(versions, 1))
-
-
-def _is_object(v: Expr) -> Expr:
-    return E.schema_of_variant(v).startswith("OBJECT")
+    chosen = E.coalesce(E.try_element_at(preceding, -1), E.try_element_at(versions, 1))
+    # A table with one version (the usual case) needs no walk over its versions.
+    return E.when(E.size(versions) == 1, E.element_at(versions, 1)).otherwise(chosen)
 
 
 def _not_null(v: Expr) -> Expr:
@@ -502,7 +500,7 @@ class QlikJsonDecoder(Decoder):
             lambda t: E.forall(E.col("_image_keys"), lambda k: E.array_contains(t["names"], k)),
         )
         by_columns = E.when(E.size(fitting) == 1, E.try_element_at(fitting, 1))
-        ambiguous = E.size(E.array_distinct(E.transform(E.col("versions"), lambda v: v["qualified"]))) > 1
+        ambiguous = E.size(E.array_distinct(E.col("versions")["qualified"])) > 1
         versions = (
             E.when(E.col("_tag") == _BY_COLUMNS, by_columns["versions"])
             .when(ambiguous, E.lit(None))
@@ -602,7 +600,8 @@ class QlikJsonDecoder(Decoder):
             ),
         )
         op = E.col("_op")
-        not_object = lambda v: _not_null(v).isNotNull() & ~_is_object(v)  # noqa: E731
+        # A value that is not null yet did not read as a map (``_data``, ``_before``) is no object.
+        not_object = lambda v, as_map: _not_null(v).isNotNull() & as_map.isNull()  # noqa: E731
         # Some column of the table is absent from the mask: by literal ordinals for a specialised
         # version, else read by ordinal (no lookup per column).
         ordinals = E.map_values(md["columns"])["ordinal"]
@@ -617,7 +616,11 @@ class QlikJsonDecoder(Decoder):
             (E.col("j.type").isNotNull() & (E.col("j.type") != "DT"), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (not_object(msg["data"]) | not_object(msg["beforeData"]), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
+            (
+                not_object(msg["data"], E.col("_data")) | not_object(msg["beforeData"], E.col("_before")),
+                KIND_QUARANTINED,
+                Q_IMAGE_NOT_OBJECT,
+            ),
             (md.isNull() | md["columns"].isNull(), KIND_QUARANTINED, Q_UNKNOWN_TABLE),
             (mask.isNotNull() & ~mask.rlike("^[0-9A-Fa-f]+$"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
             (E.col("_bad_value"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
