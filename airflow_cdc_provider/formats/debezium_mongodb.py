@@ -436,7 +436,7 @@ class DebeziumMongodbDecoder(Decoder):
     transaction_ids = True
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
-        parsed = parse_json_records(spark, files, RECORD_SCHEMA, previous_max_bytes=_KEY_LINE_MAX_BYTES)
+        parsed = parse_json_records(spark, files, RECORD_SCHEMA, previous_when=is_key_line)
         return self._events(self._images(self._converted(self._documents(parsed))))
 
     @staticmethod

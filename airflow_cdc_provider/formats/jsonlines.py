@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -40,7 +41,10 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 
 
 def parse_json_records(
-    spark: SparkSession, files: list[LandedFile], schema: StructType, previous_max_bytes: int | None = None
+    spark: SparkSession,
+    files: list[LandedFile],
+    schema: StructType,
+    previous_when: Callable[[Expr], Expr] | None = None,
 ) -> DataFrame:
     """Read ``files`` and parse each record against ``schema``.
 
@@ -49,10 +53,11 @@ def parse_json_records(
     reason for a record that did not parse (null otherwise). Whitespace-only lines are dropped:
     they are not records.
 
-    With ``previous_max_bytes`` there is also ``previous``: the text of the line just before in its
-    file, when that line is a record (not blank) at most that many bytes long (null otherwise). Landings that
-    write a Kafka key on the line before its value (Debezium MongoDB) pair them this way; it costs
-    a window over each file's lines, which also pairs lines on either side of a split boundary.
+    With ``previous_when`` there is also ``previous``: the text of the line just before in its
+    file, when ``previous_when`` holds for that line's text (null otherwise). Landings that write a
+    Kafka key on the line before its value (Debezium MongoDB) pair them this way; it costs a window
+    over each file's lines, which also pairs lines on either side of a split boundary. The test
+    runs on each line before the window, so the window hands on only the lines that pass it.
     """
     with_corrupt = StructType(list(schema.fields) + [StructField(CORRUPT, StringType())])
     records = read_records(spark, files)
@@ -60,18 +65,12 @@ def parse_json_records(
     # A blank line (whitespace only, not empty) is no record; an empty line is a Kafka tombstone.
     blank = E.coalesce((E.trim(text) == "") & (text != ""), E.lit(False))
     extra: list[Column] = []
-    if previous_max_bytes is not None:
+    if previous_when is not None:
         # Before blank lines go: a blank line between a key and a value leaves them unpaired.
-        before = F.lag("text", 1).over(Window.partitionBy("file").orderBy("file_pos"))
+        kept = E.when(previous_when(text), text).column()
+        before = F.lag(kept, 1).over(Window.partitionBy("file").orderBy("file_pos"))
         records = records.select("*", before.alias("_before"))
-        extra = [
-            E.when(
-                (E.octet_length("_before") <= previous_max_bytes) & (E.trim("_before") != ""),
-                E.col("_before"),
-            )
-            .alias("previous")
-            .column()
-        ]
+        extra = [F.col("_before").alias("previous")]
     records = records.where((~blank).column())
     damaged = E.col("damaged")
     tombstone = ~damaged & ((text == "") | (E.trim(text) == "null"))
