@@ -142,10 +142,8 @@ class MaxwellJsonDecoder(Decoder):
             j["position"].isNotNull(), E.concat(E.array(E.lit(1).cast("bigint")), binlog, E.array(row))
         ).when(ts_ms.isNotNull(), E.array(E.lit(0).cast("bigint"), E.floor(ts_ms / 1000), xid, row))
         pk = j["primary_key"]
-        pk_names = E.when(
-            E.schema_of_variant(pk).startswith("OBJECT"),
-            E.map_keys(E.try_variant_get(pk, "$", "map<string,variant>")),
-        )
+        # Null unless primary_key is an object (the map cast fails on anything else).
+        pk_names = E.map_keys(E.try_variant_get(pk, "$", "map<string,variant>"))
         key_cols = E.coalesce(
             E.when(E.size(j["primary_key_columns"]) > 0, j["primary_key_columns"]),
             E.when(E.size(pk_names) > 0, pk_names),

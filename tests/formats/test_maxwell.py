@@ -378,3 +378,13 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
         (i + 1, r) for i, (_, r) in enumerate(lines) if r is not None
     ] + [(14, "truncated")]
     assert [q["record"] for q in quarantined[:-1]] == [line for line, r in lines if r is not None]
+
+
+def test_key_columns_from_a_primary_key_object_and_never_from_its_values(spark, tmp_path):
+    lines = [
+        rec("insert", {"k": 1, "note": "a"}, pk=None, primary_key={"k": 1}),
+        rec("insert", {"k": 2, "note": "b"}, pk=None, primary_key=[2]),  # values only: no names
+        rec("insert", {"k": 3, "note": "c"}, pk=("k",), primary_key={"note": "c"}),  # columns win
+    ]
+    events = decode_events(spark, FMT, write_jsonl(tmp_path / "in" / "a.json", lines))
+    assert [e["key_cols"] for e in events] == [["k"], None, ["k"]]
