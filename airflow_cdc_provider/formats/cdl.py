@@ -60,6 +60,7 @@ from airflow_cdc_provider.formats.kafka_connect import (
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.formats.values import not_an_object, object_map
 
 _PROPERTY = StructType([StructField("name", StringType()), StructField("value", StringType())])
 # Scalars are read as text and converted with try_cast; images as variants, checked for being objects.
@@ -92,20 +93,6 @@ def _payload() -> Expr:
     return E.when(E.col("j.payload").isNotNull(), E.col("j.payload")).otherwise(
         E.struct(*[E.col(f"j.{n}").alias(n) for n in names])
     )
-
-
-def _present(v: Expr) -> Expr:
-    """The value unless it is missing or JSON null."""
-    return E.when(v.isNotNull() & ~E.is_variant_null(v), v)
-
-
-def _not_object(v: Expr, image: Expr) -> Expr:
-    """A value present whose ``_image`` is null: no JSON object."""
-    return _present(v).isNotNull() & image.isNull()
-
-
-def _image(v: Expr) -> Expr:
-    return E.try_variant_get(_present(v), "$", "map<string,variant>")
 
 
 def _property(properties: Expr, name: str) -> Expr:
@@ -146,7 +133,7 @@ class CdlJsonDecoder(Decoder):
             *E.columns(_payload().alias("p"), column_types(declared_columns).alias("declared")),
         )
         p, declared = E.col("p"), E.col("declared")
-        data, before, unique = _image(p["data"]), _image(p["before"]), _image(p["unique"])
+        data, before, unique = object_map(p["data"]), object_map(p["before"]), object_map(p["unique"])
         staged = staged.select(
             "*",
             *E.columns(
@@ -191,9 +178,9 @@ class CdlJsonDecoder(Decoder):
             (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (
-                _not_object(p["data"], data)
-                | _not_object(p["before"], before)
-                | _not_object(p["unique"], unique),
+                not_an_object(p["data"], data)
+                | not_an_object(p["before"], before)
+                | not_an_object(p["unique"], unique),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

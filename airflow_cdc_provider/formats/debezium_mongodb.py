@@ -369,12 +369,9 @@ def is_key_line(text: Expr) -> Expr:
     return E.coalesce(E.when(short, bare | wrapped), E.lit(False))
 
 
-def key_line_id(text: Expr) -> Expr:
-    """The ``id`` text of a Kafka key line (null for any other record)."""
-    return E.when(
-        is_key_line(text),
-        E.coalesce(E.get_json_object(text, "$.id"), E.get_json_object(text, "$.payload.id")),
-    )
+def key_line_id(key_line: Expr) -> Expr:
+    """The ``id`` text of a line ``is_key_line`` accepted (``previous`` holds no other line)."""
+    return E.coalesce(E.get_json_object(key_line, "$.id"), E.get_json_object(key_line, "$.payload.id"))
 
 
 def _with_patch(records: DataFrame, patch_text: Expr) -> DataFrame:

@@ -53,6 +53,7 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.formats.values import object_map
 
 _IMAGE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
@@ -142,8 +143,7 @@ class MaxwellJsonDecoder(Decoder):
             j["position"].isNotNull(), E.concat(E.array(E.lit(1).cast("bigint")), binlog, E.array(row))
         ).when(ts_ms.isNotNull(), E.array(E.lit(0).cast("bigint"), E.floor(ts_ms / 1000), xid, row))
         pk = j["primary_key"]
-        # Null unless primary_key is an object (the map cast fails on anything else).
-        pk_names = E.map_keys(E.try_variant_get(pk, "$", "map<string,variant>"))
+        pk_names = E.map_keys(object_map(pk))  # null unless primary_key is an object
         key_cols = E.coalesce(
             E.when(E.size(j["primary_key_columns"]) > 0, j["primary_key_columns"]),
             E.when(E.size(pk_names) > 0, pk_names),

@@ -65,7 +65,13 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
 from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import REPLICATE_TYPES, failed_conversions, text_to_variant
+from airflow_cdc_provider.formats.values import (
+    REPLICATE_TYPES,
+    failed_conversions,
+    not_an_object,
+    object_map,
+    text_to_variant,
+)
 
 
 def _strings(*names: str) -> StructType:
@@ -305,10 +311,6 @@ def _choose_version(versions: Expr, event_ms: Expr) -> Expr:
     return E.when(E.size(versions) == 1, E.element_at(versions, 1)).otherwise(chosen)
 
 
-def _not_null(v: Expr) -> Expr:
-    return E.when(v.isNotNull() & ~E.is_variant_null(v), v)
-
-
 def _text(v: Expr) -> Expr:
     """A DT value as text (a number keeps its JSON digits); JSON null -> null."""
     return E.when(~E.is_variant_null(v), E.try_variant_get(v, "$", "string"))
@@ -453,15 +455,12 @@ class QlikJsonDecoder(Decoder):
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
         msg = E.col("j.message")
         headers = msg["headers"]
-        data = _not_null(msg["data"])
-        before_data = _not_null(msg["beforeData"])
         event_ms = utc_millis(_blank_to_null(headers["timestamp"]))
         dt_schema = _blank_to_null(E.coalesce(msg["schema"], E.col("j.schema")))
         dt_table = _blank_to_null(E.coalesce(msg["table"], E.col("j.table")))
         schema_id = _blank_to_null(E.col("j.messageSchemaId"))
         named = E.when(dt_table.isNotNull(), E.concat_ws(".", dt_schema, dt_table))
-        as_map = lambda v: E.try_variant_get(v, "$", "map<string,variant>")  # noqa: E731
-        data_map, before_map = as_map(data), as_map(before_data)
+        data_map, before_map = object_map(msg["data"]), object_map(msg["beforeData"])
         image_keys = E.array_distinct(
             E.concat(
                 E.coalesce(E.map_keys(data_map), E.array()), E.coalesce(E.map_keys(before_map), E.array())
@@ -600,8 +599,6 @@ class QlikJsonDecoder(Decoder):
             ),
         )
         op = E.col("_op")
-        # A value that is not null yet did not read as a map (``_data``, ``_before``) is no object.
-        not_object = lambda v, as_map: _not_null(v).isNotNull() & as_map.isNull()  # noqa: E731
         # Some column of the table is absent from the mask: by literal ordinals for a specialised
         # version, else read by ordinal (no lookup per column).
         ordinals = E.map_values(md["columns"])["ordinal"]
@@ -617,7 +614,8 @@ class QlikJsonDecoder(Decoder):
             (operation.isNull(), KIND_QUARANTINED, Q_MISSING_OP),
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (
-                not_object(msg["data"], E.col("_data")) | not_object(msg["beforeData"], E.col("_before")),
+                not_an_object(msg["data"], E.col("_data"))
+                | not_an_object(msg["beforeData"], E.col("_before")),
                 KIND_QUARANTINED,
                 Q_IMAGE_NOT_OBJECT,
             ),

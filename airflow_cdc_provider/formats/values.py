@@ -37,6 +37,25 @@ REPLICATE_TYPES = {
 }
 
 
+def present(v: Expr) -> Expr:
+    """A variant unless it is missing or JSON null."""
+    return E.when(v.isNotNull() & ~E.is_variant_null(v), v)
+
+
+def object_map(v: Expr) -> Expr:
+    """A present variant object as ``map<string,variant>``; null for anything else.
+
+    The cast fails (to null) on a value that is no object, so it also tells objects apart, without
+    ``schema_of_variant``, which would describe the whole value as text.
+    """
+    return E.try_variant_get(present(v), "$", "map<string,variant>")
+
+
+def not_an_object(v: Expr, as_map: Expr) -> Expr:
+    """A present value whose ``object_map`` (``as_map``) is null: some JSON value other than an object."""
+    return present(v).isNotNull() & as_map.isNull()
+
+
 def text_to_variant(text: Expr, spark_type: Expr) -> Expr:
     """Convert a text value to a variant holding the Spark type named by ``spark_type``.
 

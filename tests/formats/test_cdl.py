@@ -262,3 +262,27 @@ def test_replay_orders_by_lsn_follows_key_changes_and_deletes(replay, tmp_path):
     }
     info = metrics["tables"]["public.ct_pg2hudi"]
     assert (info["rows"], info["inserts"], info["updates"], info["deletes"]) == (2, 4, 3, 2)
+
+
+def test_transaction_properties_are_found_by_name_in_any_letter_case(spark, tmp_path):
+    def with_properties(id_: int, *properties: dict[str, Any]) -> dict[str, Any]:
+        message = change("INSERT", row(id_, 1), lsn=0)
+        message["payload"]["transaction"] = {"properties": list(properties)}
+        return message
+
+    path = land(
+        tmp_path / "cdl.json",
+        with_properties(1, {"name": "LSN", "value": 10}, {"name": "TxId", "value": 7}),
+        # A nameless entry first; scn stands in for a missing lsn.
+        with_properties(
+            2, {"name": None, "value": 99}, {"name": "Scn", "value": 20}, {"name": "txid", "value": 8}
+        ),
+        with_properties(3, {"name": "lsn", "value": 30}),  # no txId
+        with_properties(4, {"name": "txId", "value": 9}),  # no lsn: no log position
+    )
+    assert [(e["log_pos"], e["tx_id"]) for e in decode(spark, path)] == [
+        ([10, 7], "7"),
+        ([20, 8], "8"),
+        ([30], None),
+        (None, "9"),
+    ]
