@@ -5,8 +5,8 @@ aggregation, whose (small) result is persisted; everything after it (quarantine,
 metrics) reads that result, never the landed files again. Two cases read the decoded events more
 than once and keep them instead: a run that writes ``_cdc_state`` (incremental bookkeeping), and a
 landing with an applied truncate or column drop (found by the single pass, then folded again).
-Several AS OFs (``run_snapshots``) also keep them: decoded once, folded once for all of them
-where ``fold_spans`` can stand for each one's fold, else once per AS OF.
+Several AS OFs (``run_snapshots``) are folded together in that one pass where ``fold_spans`` can
+stand for each one's fold; otherwise the events are decoded once, kept, and folded once per AS OF.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from airflow_cdc_provider.replay.base_state import (
     unreplayable_partials,
 )
 from airflow_cdc_provider.replay.fold import (
-    BUCKET,
     OUT_OF_ORDER,
     SPAN_FROM,
     SPAN_TO,
@@ -193,11 +192,12 @@ def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
 def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[dict]:
     """Rebuild one snapshot per spec (runs that differ only in AS OF and output) from one scan.
 
-    The files the latest AS OF reads are decoded once and kept; each snapshot then takes the
-    events of the files its own AS OF reads (partitions after it + lateness are left out, as a
-    run of that AS OF alone leaves them), from one shared fold (``fold_spans``) or, where that
-    cannot stand for it, a fold of its own, and is written and committed on its own, with the
-    metrics that run would write. Returns the metrics in the order of ``specs``.
+    Each snapshot takes the events of the files its own AS OF reads (partitions after it +
+    lateness are left out, as a run of that AS OF alone leaves them) and is written and committed
+    on its own, with the metrics that run would write. Full-image formats fold every AS OF in the
+    landing's one pass (``_fold_every_as_of``), as a single rebuild folds its one; otherwise, or
+    when that fold cannot stand for each AS OF's own, the events are decoded once, kept, and
+    folded once per AS OF. Returns the metrics in the order of ``specs``.
     """
     if len(specs) == 1:
         return [run_snapshot(spark, specs[0])]
@@ -211,55 +211,120 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
         target.refuse_overlap(first.inputs)
     decode = _decoding(spark, first)
     listed = list_landed_files(spark, list(first.inputs))
-    latest = max(s.as_of_ms for s in specs)
-    wanted, _ = first.partitions.split(listed, latest)
+    wanted, _ = first.partitions.split(listed, max(s.as_of_ms for s in specs))
     size_shuffles(spark, wanted)
-    decoded_events, decoded = checkpoint_salvaging(spark, wanted, decode)
     order = sorted(range(len(specs)), key=lambda k: specs[k].as_of_ms)
     reads = [{f.path for f in specs[k].partitions.split(listed, specs[k].as_of_ms)[0]} for k in order]
-    staged = staged_events(_select_tables(decoded_events, first.tables))
-    # One fold for every AS OF: full images only, the held-back count of whole transactions is
-    # not combinable (the per-AS-OF fold runs instead).
+    # Full images only; the held-back count of whole transactions does not combine.
     combinable = not get_decoder(first.source_format).partial_images and not first.whole_transactions
-    if combinable:
-        staged = with_buckets(
-            staged, [specs[k].as_of_ms for k in order], _visible_from(spark, decoded, reads)
-        )
-    # Kept clustered by group and sorted: the fold(s) need no shuffle or sort of their own.
-    events = clustered_for_fold(staged).persist()
-    events.count()
-    decoded_events.unpersist()
-    spans = _fold_spans(events, len(specs), latest) if combinable else None
-    if spans is not None:
-        events.unpersist()  # the snapshots read the spans; the events only on an error's path
-        # Resolved once: a span's row is the same whichever AS OF reads it. The counts of every
-        # AS OF come from one query.
-        spans = resolve(span_rows(spans), None).persist()
-        by_index = span_group_counts(spans, SPAN_FROM, SPAN_TO, "_index")
-        groups = [[g for g in by_index if g["_index"] == i] for i in range(len(specs))]
-    # Each AS OF's own fold does not read the AS OF indexes (dropping columns keeps the clustering).
-    kept = events if spans is not None else events.drop(BUCKET, VISIBLE)
-    prewritten: list[dict] = [{} for _ in specs]
+    folded = (
+        _fold_every_as_of(spark, first, decode, wanted, [specs[k].as_of_ms for k in order], reads)
+        if combinable
+        else None
+    )
+    if folded is None:
+        return _fold_each_as_of(spark, specs, targets, decode, listed, wanted, order, reads)
+    spans, events, decoded, groups = folded
     try:
-        if spans is not None and not first.with_metadata:
-            typing = Input(kept, decoded, {}, None, None)
+        prewritten: list[dict] = [{} for _ in specs]
+        if not first.with_metadata:
+            typing = Input(events, decoded, {}, None, None, kept=False)
             prewritten = _write_tables_once(specs, targets, order, spans, groups, typing)
         metrics = []
         for k, (spec, target) in enumerate(zip(specs, targets)):
             index = order.index(k)
-            files = [f for f in decoded if f.path in reads[index]]
-            own = kept if len(files) == len(decoded) else kept.where(F.col("file").isin(sorted(reads[index])))
-            unread = [f for f in listed if f.path not in reads[index]]
-            read = Input(own, files, {SKIPPED_PARTITION: unread}, None, None)
-            folded = (at_index(spans, index), groups[index]) if spans is not None else None
+            read = _read_at(events, decoded, listed, reads[index], kept=False)
             with target.exclusive():
-                metrics.append(_rebuild(spark, spec, target, read, folded, prewritten=prewritten[k]))
+                metrics.append(
+                    _rebuild(
+                        spark,
+                        spec,
+                        target,
+                        read,
+                        (at_index(spans, index), groups[index]),
+                        prewritten=prewritten[k],
+                    )
+                )
         return metrics
     finally:
+        spans.unpersist()
+        targets[0].remove_scratch()
+
+
+def _read_at(
+    events: DataFrame, decoded: list[LandedFile], listed: list[LandedFile], paths: set[str], kept: bool
+) -> Input:
+    """What the run of one of several AS OFs reads: the files in ``paths`` of those decoded."""
+    files = [f for f in decoded if f.path in paths]
+    own = events if len(files) == len(decoded) else events.where(F.col("file").isin(sorted(paths)))
+    unread = [f for f in listed if f.path not in paths]
+    return Input(own, files, {SKIPPED_PARTITION: unread}, None, None, kept=kept)
+
+
+def _fold_every_as_of(
+    spark: SparkSession,
+    spec: SnapshotSpec,
+    decode,
+    files: list[LandedFile],
+    as_ofs: list[int],
+    reads: list[set[str]],
+) -> tuple[DataFrame, DataFrame, list[LandedFile], list[list]] | None:
+    """Every AS OF's resolved fold in one pass over the landing (``fold_spans``), materialised.
+
+    Returns the resolved spans, the (lazy) decoded events, the files as read and each AS OF's
+    ``group_counts`` (by index into the sorted ``as_ofs``); None when the one fold cannot stand
+    for each AS OF's own: a truncate or column drop was applied (it changes every row of its
+    table), or an event applies at an earlier AS OF than one before it in position order (the
+    counting window assumes not).
+    """
+    decoded: list[DataFrame] = []
+
+    def build(landed: list[LandedFile]) -> DataFrame:
+        decoded[:] = [decode(landed)]
+        staged = staged_events(_select_tables(decoded[0], spec.tables))
+        staged = with_buckets(staged, as_ofs, _visible_from(spark, landed, reads))
+        return resolve(span_rows(fold_spans(staged, len(as_ofs))), None)
+
+    spans, files = checkpoint_salvaging(spark, files, build)
+    by_index = span_group_counts(spans, SPAN_FROM, SPAN_TO, "_index")
+    groups = [[g for g in by_index if g["_index"] == i] for i in range(len(as_ofs))]
+    if any(needs_table_changes(g) for g in groups):
+        log.info("several AS OFs: truncates or column drops; folding each AS OF on its own")
+    elif any(g[OUT_OF_ORDER] for g in by_index):
+        log.info("several AS OFs: event times run backwards across AS OFs; folding each AS OF on its own")
+    else:
+        log.info("several AS OFs: one fold for all %d", len(as_ofs))
+        return spans, decoded[0], files, groups
+    spans.unpersist()
+    return None
+
+
+def _fold_each_as_of(
+    spark: SparkSession,
+    specs: Sequence[SnapshotSpec],
+    targets: list[OutputTarget],
+    decode,
+    listed: list[LandedFile],
+    wanted: list[LandedFile],
+    order: list[int],
+    reads: list[set[str]],
+) -> list[dict]:
+    """Several AS OFs folded one by one over events decoded once and kept, clustered by group and
+    sorted, so that no fold shuffles or sorts them again."""
+    decoded_events, decoded = checkpoint_salvaging(spark, wanted, decode)
+    events = clustered_for_fold(staged_events(_select_tables(decoded_events, specs[0].tables))).persist()
+    try:
+        events.count()
+        decoded_events.unpersist()
+        metrics = []
+        for k, (spec, target) in enumerate(zip(specs, targets)):
+            read = _read_at(events, decoded, listed, reads[order.index(k)], kept=True)
+            with target.exclusive():
+                metrics.append(_rebuild(spark, spec, target, read))
+        return metrics
+    finally:
+        decoded_events.unpersist()
         events.unpersist()
-        if spans is not None:
-            spans.unpersist()
-            targets[0].remove_scratch()
 
 
 def _write_tables_once(
@@ -297,13 +362,17 @@ def _write_tables_once(
             & (F.col(SPAN_FROM) <= max(indexes))
             & (F.col(SPAN_TO) > min(indexes))
         )
-        exploded = held.select(
-            "*", F.explode(F.sequence(F.col(SPAN_FROM), F.col(SPAN_TO) - 1)).alias("_index")
-        ).where(F.col("_index").isin(indexes))
+        # Typed once per span, then repeated for each AS OF it holds at.
         image = F.col("image")
-        typed = [typed_value(image, col, t).alias(col) for col, t in columns]
+        typed = held.select(
+            *[typed_value(image, col, t).alias(col) for col, t in columns], SPAN_FROM, SPAN_TO
+        )
+        exploded = typed.select(
+            *[F.col(col) for col, _ in columns],
+            F.explode(F.sequence(F.col(SPAN_FROM), F.col(SPAN_TO) - 1)).alias("_index"),
+        ).where(F.col("_index").isin(indexes))
         folder = f"{scratch}/{n}"
-        exploded.select(*typed, "_index").write.partitionBy("_index").parquet(folder)
+        exploded.write.partitionBy("_index").parquet(folder)
         for index in indexes:
             written[order[index]][table] = (f"{folder}/_index={index}", columns)
     return written
@@ -335,25 +404,6 @@ def _visible_from(spark: SparkSession, files: list[LandedFile], reads: list[set[
     if not later:
         return None
     return spark.createDataFrame(later, f"file string, {VISIBLE} int")
-
-
-def _fold_spans(events: DataFrame, as_of_count: int, latest_ms: int) -> DataFrame | None:
-    """``fold_spans`` of ``events``, kept; None when it cannot stand for each AS OF's own fold.
-
-    A truncate or column drop changes every row of its table, and an event that applies at an
-    earlier AS OF than one before it in position order changes what the counting window sees:
-    then each AS OF is folded on its own.
-    """
-    if not table_changes(events, latest_ms).isEmpty():
-        log.info("several AS OFs: truncates or column drops; folding each AS OF on its own")
-        return None
-    spans = fold_spans(events, as_of_count).persist()
-    if spans.agg(F.max(OUT_OF_ORDER)).first()[0]:
-        log.info("several AS OFs: event times run backwards across AS OFs; folding each AS OF on its own")
-        spans.unpersist()
-        return None
-    log.info("several AS OFs: one fold for all %d", as_of_count)
-    return spans
 
 
 def _decoding(spark: SparkSession, spec: SnapshotSpec):

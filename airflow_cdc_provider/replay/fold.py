@@ -603,9 +603,10 @@ def _full_image_lists(folded: DataFrame) -> DataFrame:
 
 def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
     """``fold``'s result for each of several AS OFs in one pass, as spans ``[SPAN_FROM, SPAN_TO)`` of
-    AS OF indexes: one window per group over its events, with no sort beyond the one by AS OF index.
+    AS OF indexes: after the counting window, one window per group over its events ordered by AS OF
+    index, in the same shuffle (as ``fold``'s aggregation follows its window).
 
-    ``staged`` is ``clustered_for_fold`` output with two indexes into the AS OFs (sorted): ``VISIBLE``,
+    ``staged`` is ``staged_events`` output with two indexes into the AS OFs (sorted, ``with_buckets``): ``VISIBLE``,
     the first one whose run reads the event's file, and ``BUCKET``, the first one it applies at
     (``as_of_count``: none). An event is counted as read from ``VISIBLE`` on and applies from
     ``BUCKET`` on; each distinct index at which a group's state changes starts a span, which lasts
@@ -616,7 +617,7 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
     """
     is_change = E.col("kind") == KIND_CHANGE
     applies = E.col(BUCKET) < as_of_count
-    keyed = staged.select(
+    keyed = staged.withColumn("_group_hash", _group_hash().column()).select(
         "*",
         *E.columns((is_change & applies).alias("_applied"), (_is_ddl() & applies).alias("_ddl_applied")),
     )
@@ -751,8 +752,9 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
 
 
 def span_rows(spans: DataFrame) -> DataFrame:
-    """``fold_spans`` shaped as ``fold``'s rows (``SPAN_FROM``/``SPAN_TO`` kept): ready for ``resolve``."""
-    return _full_image_lists(spans.drop(OUT_OF_ORDER)).drop("_group_hash")
+    """``fold_spans`` shaped as ``fold``'s rows (``SPAN_FROM``, ``SPAN_TO`` and ``OUT_OF_ORDER`` kept):
+    ready for ``resolve``."""
+    return _full_image_lists(spans).drop("_group_hash")
 
 
 def at_index(rows: DataFrame, index: int) -> DataFrame:

@@ -14,6 +14,7 @@ from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import (
     COUNTS,
+    OUT_OF_ORDER,
     TAG_IGNORED,
     TAG_QUARANTINED,
     TAG_ROW,
@@ -77,7 +78,9 @@ def span_group_counts(spans: DataFrame, span_from: str, span_to: str, index: str
     (``to_variant_object``, the schema of each final row) per row and index. Rows are first
     aggregated per span and row shape, with one final row kept per shape (a row's shape is all
     ``schema_of_variant_agg`` reads of it); only those few rows are exploded to their indexes.
+    ``OUT_OF_ORDER`` (``fold_spans``), where the rows carry it, is passed on as its largest value.
     """
+    out_of_order = [E.max(OUT_OF_ORDER).alias(OUT_OF_ORDER)] if OUT_OF_ORDER in spans.columns else []
     listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
     final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
     shaped = spans.select(
@@ -92,6 +95,7 @@ def span_group_counts(spans: DataFrame, span_from: str, span_to: str, index: str
             *_group_aggregates(),
             E.any_value("_object", True).alias("_object"),
             E.collect_set(E.when(final_row, E.map_keys("image"))).alias("sequences"),
+            *out_of_order,
         )
     )
     indexes = E.sequence(E.col(span_from), E.col(span_to) - 1)
@@ -107,6 +111,7 @@ def span_group_counts(spans: DataFrame, span_from: str, span_to: str, index: str
                 E.sum("drops").alias("drops"),
                 E.schema_of_variant_agg("_object").alias("row_schema"),
                 E.array_distinct(E.flatten(E.collect_list("sequences"))).alias("sequences"),
+                *out_of_order,
             )
         )
         .collect()

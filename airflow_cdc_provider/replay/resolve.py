@@ -189,10 +189,16 @@ def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = Fa
         E.when(reset["op"] != OP_DELETE, E.coalesce(reset["after"], empty_image())).otherwise(empty_image()),
     ).otherwise(image)
     is_row = E.col("_tag") == TAG_ROW
-    return rows.select(
+    resolved = rows.select(
         "*",
         *E.columns(
             E.when(is_row, exists).otherwise(E.lit(False)).alias("exists"),
             E.when(is_row, image).alias("image"),
         ),
     )
+    # What only the merge reads is left out: a kept result is then about half the size.
+    return resolved.drop(*[c for c in _MERGED_FROM if c in resolved.columns])
+
+
+# The fold's lists and the tables' changes, read by ``resolve`` and by nothing after it.
+_MERGED_FROM = ("reset", "resets", "partials", "moves_out", "truncs", "drops", "carries")
