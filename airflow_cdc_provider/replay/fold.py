@@ -349,13 +349,21 @@ def _op_code() -> Expr:
 _GROUP = ("_group_hash", "table", "_tag", "_key")
 
 
+def _group_partition() -> str:
+    """The fold's windows run per group (SQL ``PARTITION BY``)."""
+    return f"PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)}"
+
+
 def _group_hash() -> Expr:
     # A leading 64-bit hash makes the sort compare longs before table names and key arrays.
     return E.xxhash64("table", "_tag", "_key")
 
 
 def _count_flags(
-    keyed: DataFrame, changes: DataFrame | None, whole_key: dict[str, Expr] | None = None
+    keyed: DataFrame,
+    changes: DataFrame | None,
+    whole_key: dict[str, Expr] | None = None,
+    spans: Expr | None = None,
 ) -> DataFrame:
     """Per applied row change, what it adds to the counts, from the events before it in position order.
 
@@ -364,11 +372,17 @@ def _count_flags(
     event; a delete or update finds no row when the previous applied event was a delete (or there
     was none), or a truncate of the table came after it. ``changes`` is None when no truncate was
     applied (the single-pass fold).
+
+    ``spans`` (``fold_spans``): the rows are ordered by AS OF index (``_point``) before position, so
+    that the spans window shares this sort, and only the rows where ``spans`` holds (one per event,
+    at the index it applies at) are counted. The order is position order unless an event applies
+    at an earlier index than one before it in position order: ``OUT_OF_ORDER`` flags those events.
     """
-    applied = E.col("_applied")
+    only = spans if spans is not None else E.lit(True)
+    applied = E.col("_applied") & only
     from_base = E.col("_base") if "_base" in keyed.columns else E.lit(False)
     counted = applied & ~E.col("_moved_away") & ~from_base
-    spec = f"PARTITION BY {', '.join(E.col(g).sql for g in _GROUP)} ORDER BY {_counting_order()}"
+    spec = f"{_group_partition()} ORDER BY {'`_point`, ' if spans is not None else ''}{_counting_order()}"
     window = f"{spec} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING"
 
     def previous(value: Expr) -> Expr:
@@ -385,10 +399,11 @@ def _count_flags(
         previous(E.when(counted, E.col("_hash"))).alias("_prev_hash"),
         previous(E.when(applied, _op_code())).alias("_prev_op"),
     ]
-    if BUCKET in keyed.columns:
-        # Several AS OFs (fold_spans): an event applied at an earlier AS OF than one before it.
-        earlier_max = E.max(E.col(BUCKET)).over(window)
-        columns.append(E.coalesce(earlier_max > E.col(BUCKET), E.lit(False)).alias(OUT_OF_ORDER))
+    if spans is not None:
+        # An event that comes, in position order, before one that sorts ahead of it by AS OF index.
+        position = E.struct(*[E.col(f) for f in _COUNTING_FIELDS])
+        later_max = E.max(E.when(only, position)).over(window)
+        columns.append(E.coalesce(only & (later_max > position), E.lit(False)).alias(OUT_OF_ORDER))
     if changes is not None:
         columns.append(previous(E.when(applied, ordering())).alias("_prev_ord"))
     # ``whole_key`` aggregates over all of a key's events, in the same window operator (same spec).
@@ -603,8 +618,8 @@ def _full_image_lists(folded: DataFrame) -> DataFrame:
 
 def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
     """``fold``'s result for each of several AS OFs in one pass, as spans ``[SPAN_FROM, SPAN_TO)`` of
-    AS OF indexes: after the counting window, one window per group over its events ordered by AS OF
-    index, in the same shuffle (as ``fold``'s aggregation follows its window).
+    AS OF indexes: the counting window and one window of running aggregates per group, both over
+    its events ordered by AS OF index and then position: one shuffle, one sort.
 
     ``staged`` is ``staged_events`` output with two indexes into the AS OFs (sorted, ``with_buckets``): ``VISIBLE``,
     the first one whose run reads the event's file, and ``BUCKET``, the first one it applies at
@@ -622,7 +637,6 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
         *E.columns((is_change & applies).alias("_applied"), (_is_ddl() & applies).alias("_ddl_applied")),
     )
     t = _terms(keyed)
-    flagged = _count_flags(keyed, None)
     visible, bucket = E.col(VISIBLE), E.col(BUCKET)
     # Where an event sits: 0 read here (VISIBLE > 0), applies later (a second row, 1); 2 read and
     # applies here; 3 applies here, read from the first AS OF on (VISIBLE 0: one row, most events).
@@ -631,15 +645,17 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
         .when(visible == 0, E.array(E.lit(3)))
         .otherwise(E.array(E.lit(0), E.lit(1)))
     )
-    points = flagged.select("*", F.explode(kinds.column()).alias("_kind"))
+    # Shuffled before the rows are doubled (the windows need no shuffle of their own).
+    points = keyed.repartition(*_GROUP).select("*", F.explode(kinds.column()).alias("_kind"))
     kind = E.col("_kind")
     points = points.withColumn("_point", E.when(kind == 0, visible).otherwise(bucket).column())
     here = kind != 0  # applies at this row's point
     read_here = (kind == 0) | (kind == 2)  # read at this row's point
     read_first = kind == 3  # read from index 0, whatever this row's point
-    group = ", ".join(E.col(g).sql for g in _GROUP)
-    order = f"PARTITION BY {group} ORDER BY `_point`"
-    upto = f"{order} RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    # The counting window's order (AS OF index, then position): one sort serves both windows.
+    flagged = _count_flags(points, None, spans=here)
+    order = f"{_group_partition()} ORDER BY `_point`, {_counting_order()}"
+    upto = f"{order} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
     whole = f"{order} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
 
     def running(aggregate: Expr) -> Expr:
@@ -667,7 +683,7 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
 
     read_names = ("n", "changes", "unpositioned", "first", "key_names")
     applied = here & E.col("_applied")
-    window = points.select(
+    window = flagged.select(
         *_GROUP,
         "_point",
         *E.columns(
@@ -696,7 +712,7 @@ def fold_spans(staged: DataFrame, as_of_count: int) -> DataFrame:
             over_all(E.count(E.when(E.col(OUT_OF_ORDER), E.lit(1)))).alias(OUT_OF_ORDER),
         ),
     )
-    # Points shared by several rows: the last of them holds the whole state (RANGE frame).
+    # Points shared by several rows: the last of them holds the whole state.
     window = window.where((E.col("_next").isNull() | (E.col("_next") != E.col("_point"))).column())
     # A group read from index 0 whose state first changes later also has a span [0, first point):
     # its events read, nothing applied.
