@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
 from airflow_cdc_provider.formats import get_decoder
+from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     IGNORED_TABLE_FILTER,
     KIND_CHANGE,
@@ -256,7 +257,8 @@ def _read_at(
 ) -> Input:
     """What the run of one of several AS OFs reads: the files in ``paths`` of those decoded."""
     files = [f for f in decoded if f.path in paths]
-    own = events if len(files) == len(decoded) else events.where(F.col("file").isin(sorted(paths)))
+    # One SQL text, not one JVM call per path: a landing of hourly files has hundreds.
+    own = events if len(files) == len(decoded) else events.where(E.col("file").isin(sorted(paths)).column())
     unread = [f for f in listed if f.path not in paths]
     return Input(own, files, {SKIPPED_PARTITION: unread}, None, None, kept=kept)
 
