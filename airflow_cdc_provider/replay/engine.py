@@ -288,7 +288,11 @@ def _fold_every_as_of(
         return resolve(span_rows(fold_spans(staged, len(as_ofs))), None)
 
     spans, files = checkpoint_salvaging(spark, files, build)
-    by_index = span_group_counts(spans, SPAN_FROM, SPAN_TO, "_index")
+    try:
+        by_index = span_group_counts(spans, SPAN_FROM, SPAN_TO, "_index")
+    except BaseException:
+        spans.unpersist()
+        raise
     groups = [[g for g in by_index if g["_index"] == i] for i in range(len(as_ofs))]
     if any(needs_table_changes(g) for g in groups):
         log.info("several AS OFs: truncates or column drops; folding each AS OF on its own")
