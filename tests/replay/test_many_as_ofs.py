@@ -157,19 +157,19 @@ def test_the_command_line_prints_the_metrics_of_every_snapshot(spark, tmp_path, 
     ]
 
 
-def _together_and_alone(spark, tmp_path, landing: Path, as_ofs: list[int], **options) -> list[dict]:
+def _together_and_alone(
+    spark, tmp_path, landing: Path, as_ofs: list[int], fmt: str = "debezium-json", key: str = "id", **options
+) -> list[dict]:
     """Run ``as_ofs`` together, compare each snapshot with its run alone; return the together metrics."""
     output = str(tmp_path / "snap" / "at={as_of:%H%M%S}")
-    together = run_snapshots(
-        spark, _specs("debezium-json", landing, output, as_ofs, key_columns="id", **options)
-    )
+    together = run_snapshots(spark, _specs(fmt, landing, output, as_ofs, key_columns=key, **options))
     for as_of_ms, metrics in zip(as_ofs, together):
         (alone,) = _specs(
-            "debezium-json",
+            fmt,
             landing,
             str(tmp_path / f"alone-{as_of_ms}"),
             [as_of_ms],
-            key_columns="id",
+            key_columns=key,
             **options,
         )
         _assert_same_snapshot(spark, metrics, run_snapshot(spark, alone))
@@ -235,6 +235,29 @@ def test_a_truncate_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
     together = _together_and_alone(spark, tmp_path, landing.parent, [T0 + 1000, T0 + 2500, T0 + 4000])
     assert "truncates or column drops" in caplog.text
     assert [m["rows"] for m in together] == [1, 0, 1]
+
+
+def test_a_column_drop_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
+    """Found by the one pass's counts: the landing is decoded again and each AS OF folded alone."""
+    from tests.formats.test_maxwell import T, rec
+
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    landing = write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            rec("insert", {"k": 1, "note": "n1"}, pk=None, ts=T),
+            rec("table-alter", None, pk=None, ts=T + 2, sql="ALTER TABLE `t` DROP COLUMN `note`"),
+            rec("insert", {"k": 2}, pk=None, ts=T + 3),
+        ],
+    )
+    as_ofs = [(T + 1) * 1000, (T + 5) * 1000]
+    together = _together_and_alone(spark, tmp_path, landing.parent, as_ofs, fmt="maxwell-json", key="k")
+    assert not _one_fold(caplog)
+    assert "truncates or column drops" in caplog.text
+    assert [rows_of(spark, m["tables"]["db.t"]["path"]) for m in together] == [
+        [{"k": 1, "note": "n1"}],
+        [{"k": 1}, {"k": 2}],
+    ]
 
 
 def test_whole_transactions_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
