@@ -329,6 +329,21 @@ def test_null_key_values_are_quarantined(replay, tmp_path):
     assert_events_add_up(metrics)
 
 
+def test_a_null_part_of_a_composite_key_is_quarantined(replay, tmp_path):
+    write_jsonl(
+        tmp_path / "in" / "a.json",
+        [
+            dbz("c", 1, T0, region=None, name="no region"),
+            dbz("c", None, T0, region="eu", name="no id"),
+            dbz("c", 1, T0, region="eu", name="a"),
+        ],
+    )
+    metrics, tables = replay("debezium-json", tmp_path / "in", key="id,region")
+    assert tables == {"db.shop": [{"id": 1, "region": "eu", "name": "a"}]}
+    assert metrics["quarantine"]["reasons"] == {"missing key": 2}
+    assert_events_add_up(metrics)
+
+
 def test_gzip_landing_and_per_table_keys(replay, tmp_path):
     import gzip
 
