@@ -162,6 +162,10 @@ def with_table_changes(folded: DataFrame, changes: DataFrame | None) -> DataFram
     )
 
 
+# The fold's lists and the tables' changes, read by ``resolve`` and by nothing after it.
+_MERGED_FROM = ("reset", "resets", "partials", "moves_out", "truncs", "drops", "carries")
+
+
 def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = False) -> DataFrame:
     """Per row group: ``exists`` and the final ``image`` (other tags pass through).
 
@@ -198,7 +202,3 @@ def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = Fa
     )
     # What only the merge reads is left out: a kept result is then about half the size.
     return resolved.drop(*[c for c in _MERGED_FROM if c in resolved.columns])
-
-
-# The fold's lists and the tables' changes, read by ``resolve`` and by nothing after it.
-_MERGED_FROM = ("reset", "resets", "partials", "moves_out", "truncs", "drops", "carries")
