@@ -368,7 +368,7 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
     )
     stamp = E.try_to_timestamp(meta["timestamp"])
     text = E.col("text")
-    may_hold_before = (E.instr(text, f'"{BEFORE_PREFIX}') > 0) | (E.instr(text, "\\u") > 0)
+    may_hold_before = text.contains(f'"{BEFORE_PREFIX}') | text.contains("\\u")
     staged = parsed.select(
         "*",
         *E.columns(

@@ -204,7 +204,7 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
             E.when(E.col("document"), text).otherwise(_strip_cr(text)).alias("text"),
             (last & ~E.col("terminated") & ~E.col("document")).alias("unterminated"),
             E.lit(False).alias("damaged"),
-            (~E.col("utf8") & (~E.is_valid_utf8(text) | (E.instr(text, "\ufffd") > 0))).alias("not_utf8"),
+            (~E.col("utf8") & (~E.is_valid_utf8(text) | text.contains("\ufffd"))).alias("not_utf8"),
         ),
     )
 

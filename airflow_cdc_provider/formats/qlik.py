@@ -198,7 +198,7 @@ def column_present(mask: Expr, ordinal: Expr) -> Expr:
 
 def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     """One row per lookup key (tag, key) -> the MD versions it resolves to (small; broadcast)."""
-    records = read_records(spark, files).where((E.instr("text", '"MD"') > 0).column())
+    records = read_records(spark, files).where(E.col("text").contains('"MD"').column())
     j = E.from_json("text", _MD_SCHEMA)
     m = E.col("j.message")
     described = E.transform_values(

@@ -403,10 +403,6 @@ def array_join(array: Any, delimiter: str) -> Expr:
     return call("array_join", array, lit(delimiter))
 
 
-def instr(text: Any, part: str) -> Expr:
-    return call("instr", text, lit(part))
-
-
 def array_contains(array: Any, value: Any) -> Expr:
     return Expr(f"array_contains({_arg(array)}, {_value(value)})")
 
