@@ -484,7 +484,8 @@ class QlikJsonDecoder(Decoder):
                 event_ms.alias("_event_ms"),
                 data_map.alias("_data"),
                 before_map.alias("_before"),
-                image_keys.alias("_image_keys"),
+                # Only the by-columns lookup reads them: the others skip a per-record array_distinct.
+                E.when(tag == _BY_COLUMNS, image_keys).alias("_image_keys"),
             ),
         )
         lookup, declared = _lookup(spark, [*files, *options.context_files])

@@ -160,6 +160,21 @@ def _lacks_key() -> Expr:
     )
 
 
+def type_signature(types: Expr) -> Expr:
+    """An event's declared types as one ``array<string>``: the names, then the types in the same order.
+
+    Every typed event adds one to its group's set (``type_sigs``): a flat array of strings is hashed
+    and compared as bytes, where ``map_entries`` builds an object per column for each event.
+    """
+    return E.concat(E.map_keys(types), E.map_values(types))
+
+
+def signature_pairs(signature: Sequence[str]) -> list[tuple[str, str]]:
+    """A ``type_signature`` read back: (column, declared type) in the order the event declared them."""
+    half = len(signature) // 2
+    return list(zip(signature[:half], signature[half:]))
+
+
 def _is_ddl() -> Expr:
     return (E.col("kind") == KIND_IGNORED) & (E.col("reason") == IGNORED_DDL)
 
@@ -503,7 +518,7 @@ def _terms(keyed: DataFrame) -> _Terms:
         reset=applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & not_moved,
         resetting=E.struct(ord_.alias("ord"), E.col("op"), E.col("after")),
         moved_away=applied & E.col("_moved_away"),
-        typed=E.when((applied | ddl) & E.col("types").isNotNull(), E.map_entries(E.col("types"))),
+        typed=E.when((applied | ddl) & E.col("types").isNotNull(), type_signature(E.col("types"))),
         ddl=E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_)),
         listed=E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED),
         listing=E.struct(

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats.events import IGNORED_DDL
-from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW
+from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW, signature_pairs
 
 _INTEGRAL_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 _FLOAT_RANK = {"float": 1, "double": 2}
@@ -71,7 +71,7 @@ def declared_signatures(groups: list[Row]) -> list[tuple[str, list[tuple[str, st
     for g in groups:
         for per_key in g["type_sigs"] or ():
             for sig in per_key:
-                found.setdefault((g["table"], tuple((e["key"], e["value"]) for e in sig)), None)
+                found.setdefault((g["table"], tuple(signature_pairs(sig))), None)
     return [(table, list(sig)) for table, sig in found]
 
 
