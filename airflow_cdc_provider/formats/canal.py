@@ -13,9 +13,20 @@ converted once by its declared type. The plan is built in stages (parse, declare
 type the rows, classify, explode), each a select that the next reads by column name, so that the
 per-value conversion appears once in the plan instead of being copied into every later use. Only
 records with a column no type declares are parsed a second time, for the JSON types of its values.
+
+Spark runs higher-order functions interpreted, and every element one reads asks Spark for the
+session's configuration (a new object each time inside a task). The type declarations a sample of
+the landing shows (``_signatures``: the first records of every file and split) are therefore
+resolved once, while planning; a one-row message whose declaration is one of them, and whose row
+holds exactly the declared columns, is typed by plain expressions (``_Specialised``). Everything
+else takes the general path, with the same result.
 """
 
 from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -57,7 +68,7 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.formats.landed_files import LandedFile, first_records
 from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.formats.values import aligned_values, failed_conversions, text_to_variant
 
@@ -164,6 +175,15 @@ _EMPTY_TEXT_MAP = "map<string,string>"
 
 def _empty_text_map() -> Expr:
     return E.map().cast(_EMPTY_TEXT_MAP)
+
+
+def _ddl_flagged(message: Expr) -> Expr:
+    return E.coalesce(E.lower(E.trim(message["isDdl"])) == "true", E.lit(False))
+
+
+def _ddl_message(message: Expr) -> Expr:
+    """A DDL message: flagged ``isDdl``, or of a DDL type (its rows are never applied)."""
+    return _ddl_flagged(message) | E.upper(E.trim(message["type"])).isin(*_DDL_TYPES)
 
 
 def _lookup(table: dict[str, str], key: Expr) -> Expr:
@@ -307,6 +327,168 @@ def _undeclared(rows: Expr, types: Expr) -> Expr:
     return types.isNull() | ~E.coalesce(E.forall(rows, declared), E.lit(True))
 
 
+# The sample a run plans its specialised typing on: the first records of every file and split.
+_SAMPLED_RECORDS = 200
+# Declared columns (summed over signatures) whose typing is specialised: bounds the plan's size.
+_SPECIALISED_COLUMNS = 512
+_SAMPLE_SCHEMA = StructType(
+    [
+        StructField("isDdl", StringType()),
+        StructField("type", StringType()),
+        StructField("mysqlType", MapType(StringType(), StringType())),
+        StructField("sqlType", MapType(StringType(), StringType())),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """A row change's type declaration (``mysqlType`` and ``sqlType``, each None when absent) and
+    the Spark types ``declared_types`` gives it, in the order of its columns."""
+
+    mysql: tuple[tuple[str, str], ...] | None
+    sql: tuple[tuple[str, str], ...] | None
+    names: tuple[str, ...]
+    types: tuple[str, ...]
+
+    def declares(self, mysql_types: Expr, sql_types: Expr) -> Expr:
+        """The record declares exactly this (both maps, their entries in the same order)."""
+        return _same_map(mysql_types, self.mysql) & _same_map(sql_types, self.sql)
+
+    def type_map(self) -> Expr:
+        return E.map_from_arrays(_strings(self.names), _strings(self.types))
+
+
+def _strings(values: tuple[str, ...]) -> Expr:
+    return E.array(*[E.lit(v) for v in values]).cast("array<string>")
+
+
+def _same_map(m: Expr, entries: tuple[tuple[str, str], ...] | None) -> Expr:
+    if entries is None:
+        return m.isNull()
+    keys, values = zip(*entries) if entries else ((), ())
+    return (E.map_keys(m) == _strings(keys)) & (E.map_values(m) == _strings(values))
+
+
+def _signatures(spark: SparkSession, files: list[LandedFile]) -> list[_Signature]:
+    """The row changes' type declarations in a sample of ``files``, most frequent first, within
+    ``_SPECIALISED_COLUMNS``: one read of the text, the sampled records parsed for two fields."""
+    j = E.col("j")
+    declared = first_records(spark, files, _SAMPLED_RECORDS).select(
+        E.from_json("text", _SAMPLE_SCHEMA).alias("j").column()
+    )
+    declared = declared.where((j.isNotNull() & ~_ddl_message(j)).column()).select(
+        *E.columns(j["mysqlType"].alias("m"), j["sqlType"].alias("s"))
+    )
+    grouped = declared.groupBy(*E.columns(E.to_json("m").alias("_m"), E.to_json("s").alias("_s"))).agg(
+        *E.columns(
+            E.any_value("m").alias("m"),
+            E.any_value("s").alias("s"),
+            E.count(E.lit(1)).alias("n"),
+        )
+    )
+    # Maps come to the driver as entry arrays: PySpark's dicts would not keep their order.
+    types = declared_types(E.col("m"), E.col("s"))
+    rows = (
+        grouped.select(
+            "n",
+            "_m",
+            "_s",
+            *E.columns(
+                *[
+                    E.when(E.col(m).isNotNull(), E.arrays_zip(E.map_keys(m), E.map_values(m))).alias(m)
+                    for m in ("m", "s")
+                ],
+                E.map_keys(types).alias("names"),
+                E.map_values(types).alias("types"),
+            ),
+        )
+        .orderBy(F.desc(E.col("n").column()), "_m", "_s")
+        .collect()
+    )
+    chosen, budget = [], _SPECIALISED_COLUMNS
+    for row in rows:
+        names = row["names"] or []
+        if 0 < len(names) <= budget:
+            chosen.append(
+                _Signature(
+                    mysql=None if row["m"] is None else tuple(tuple(e) for e in row["m"]),
+                    sql=None if row["s"] is None else tuple(tuple(e) for e in row["s"]),
+                    names=tuple(names),
+                    types=tuple(row["types"]),
+                )
+            )
+            budget -= len(names)
+    return chosen
+
+
+class _Specialised:
+    """The typing of one-row messages whose declaration is a sampled ``_Signature``, in plain
+    expressions over positions ``0 .. width-1``: no lambda, no lookup per value. It gives what
+    ``typed_row`` gives such a row, and the same conversion failures."""
+
+    def __init__(self, signatures: list[_Signature]) -> None:
+        self.signatures = signatures
+        self.width = max((len(s.names) for s in signatures), default=1)
+
+    def index(self, mysql_types: Expr, sql_types: Expr, rows: Expr, old: Expr) -> Expr:
+        """The signature the record declares, when its rows take this path; else null."""
+        row, old_row = E.get(rows, 0), E.get(old, 0)
+        chosen = E.null("int")
+        for i, s in reversed(list(enumerate(self.signatures))):
+            names = _strings(s.names)
+            old_fits = old.isNull() | (
+                (E.size(old) == 1)
+                & old_row.isNotNull()
+                & (E.size(E.array_except(E.map_keys(old_row), names)) == 0)
+            )
+            fits = (E.size(rows) == 1) & row.isNotNull() & (E.map_keys(row) == names) & old_fits
+            chosen = E.when(s.declares(mysql_types, sql_types) & fits, E.lit(i)).otherwise(chosen)
+        return chosen
+
+    def types(self, index: Expr) -> Expr:
+        """The signature's types, as ``declared_types`` gives them."""
+        chosen = E.null(_EMPTY_TEXT_MAP)
+        for i, s in reversed(list(enumerate(self.signatures))):
+            chosen = E.when(index == i, s.type_map()).otherwise(chosen)
+        return chosen
+
+    def row_values(self, index: Expr, row: Expr) -> Expr:
+        """The values of a row that holds exactly the signature's columns, converted position by
+        position by the literal type there: Spark folds each conversion to one cast."""
+        texts = E.map_values(row)
+        values = []
+        for p in range(self.width):
+            value = E.null("variant")
+            for i, s in reversed(list(enumerate(self.signatures))):
+                if p < len(s.types):
+                    value = E.when(index == i, _declared_value(E.get(texts, p), E.lit(s.types[p]))).otherwise(
+                        value
+                    )
+            values.append(value)
+        return E.array(*values)
+
+    def values(self, row: Expr, types: Expr) -> Expr:
+        """The row's values converted by ``types``, position by position (null past its end)."""
+        texts = E.map_values(row)
+        return E.array(*[_declared_value(E.get(texts, p), E.get(types, p)) for p in range(self.width)])
+
+    def key_types(self, row: Expr, types: Expr) -> Expr:
+        """The declared type of each of the row's columns, position by position."""
+        keys = E.map_keys(row)
+        return E.array(*[E.try_element_at(types, E.get(keys, p)) for p in range(self.width)])
+
+    @staticmethod
+    def image(row: Expr, values: Expr) -> Expr:
+        return E.map_from_arrays(E.map_keys(row), E.slice(values, 1, E.size(row)))
+
+    def failed(self, row: Expr, values: Expr) -> Expr:
+        """Some value of the row has text that did not convert."""
+        texts = E.map_values(row)
+        checks = [E.get(texts, p).isNotNull() & E.get(values, p).isNull() for p in range(self.width)]
+        return E.coalesce(functools.reduce(operator.or_, checks), E.lit(False)) if checks else E.lit(False)
+
+
 class CanalJsonDecoder(Decoder):
     name = "canal-json"
     description = (
@@ -317,18 +499,18 @@ class CanalJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        return self._events(self._classified(self._typed(self._records(parsed))))
+        specialised = _Specialised(_signatures(spark, files))
+        return self._events(self._classified(self._typed(self._records(parsed), specialised)))
 
     @staticmethod
     def _records(parsed: DataFrame) -> DataFrame:
         """Per message: op, where its rows are, its declared type names, its position."""
         j = E.col("j")
         kind_type = E.upper(E.trim(j["type"]))
-        is_ddl = E.coalesce(E.lower(E.trim(j["isDdl"])) == "true", E.lit(False))
-        op = E.when(~is_ddl, _lookup(_ROW_OPS, kind_type))
+        op = E.when(~_ddl_flagged(j), _lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
         old_layout = (op == OP_DELETE) & j["data"].isNull() & j["old"].isNotNull()
-        is_ddl_event = is_ddl | kind_type.isin(*_DDL_TYPES)
+        is_ddl_event = _ddl_message(j)
         return parsed.select(
             "file",
             "file_pos",
@@ -356,30 +538,60 @@ class CanalJsonDecoder(Decoder):
         )
 
     @staticmethod
-    def _typed(records: DataFrame) -> DataFrame:
-        """Typed rows and whether a value failed its conversion, each conversion written once in the plan."""
-        types = E.col("types")
+    def _typed(records: DataFrame, specialised: _Specialised) -> DataFrame:
+        """Typed rows and whether a value failed its conversion, each conversion written once in the plan.
+
+        Records that ``specialised`` takes (``_sig`` set) skip every step of the general path.
+        """
+        types, sig = E.col("types"), E.col("_sig")
+        general = sig.isNull()
+        row, old = E.col("_row"), E.col("_old")
         staged = records.select(
-            "*", declared_types(E.col("mysql_types"), E.col("sql_types")).alias("types").column()
+            "*",
+            E.when(
+                ~E.col("is_ddl"),
+                specialised.index(
+                    E.col("mysql_types"), E.col("sql_types"), E.col("rows_source"), E.col("old_source")
+                ),
+            )
+            .alias("_sig")
+            .column(),
+        )
+        staged = staged.select(
+            "*",
+            *E.columns(
+                E.when(general, declared_types(E.col("mysql_types"), E.col("sql_types")))
+                .otherwise(specialised.types(sig))
+                .alias("types"),
+                E.when(~general, E.get(E.col("rows_source"), 0)).alias("_row"),
+                E.when(~general, E.get(E.col("old_source"), 0)).alias("_old"),
+            ),
         )
         # An `old` entry that is JSON null has no values.
         old_rows = E.transform("old_source", lambda m: E.coalesce(m, _empty_text_map()))
         staged = staged.select(
             *[c for c in staged.columns if c != "old_source"],
             *E.columns(
-                old_rows.alias("old_source"),
-                E.transform("rows_source", lambda m: aligned_values(m, types, _declared_value)).alias(
-                    "row_values"
-                ),
+                E.when(general, old_rows).otherwise(E.col("old_source")).alias("old_source"),
+                E.when(
+                    general, E.transform("rows_source", lambda m: aligned_values(m, types, _declared_value))
+                ).alias("row_values"),
+                E.when(~general, specialised.row_values(sig, row)).alias("_row_values"),
+                E.when(old.isNotNull(), specialised.key_types(old, types)).alias("_old_types"),
             ),
         )
-        needs_json = E.exists("row_values", lambda v: v.isNull()) | _undeclared(E.col("old_source"), types)
+        needs_json = general & (
+            E.exists("row_values", lambda v: v.isNull()) | _undeclared(E.col("old_source"), types)
+        )
         json = E.col("json")
         staged = staged.select(
             "*",
-            E.when(E.coalesce(needs_json, E.lit(False)), E.from_json("text", JSON_ROWS_SCHEMA))
-            .alias("json")
-            .column(),
+            *E.columns(
+                E.when(E.coalesce(needs_json, E.lit(False)), E.from_json("text", JSON_ROWS_SCHEMA)).alias(
+                    "json"
+                ),
+                E.when(old.isNotNull(), specialised.values(old, E.col("_old_types"))).alias("_old_values"),
+            ),
         )
         json_rows = E.when(E.col("old_layout"), json["old"]).otherwise(json["data"])
 
@@ -395,11 +607,16 @@ class CanalJsonDecoder(Decoder):
                 ),
             )
 
+        row_values, old_values = E.col("_row_values"), E.col("_old_values")
         staged = staged.select(
             "*",
             *E.columns(
-                typed_rows("rows_source", E.col("row_values"), json_rows).alias("row_typed"),
-                typed_rows("old_source", None, json["old"]).alias("old_typed"),
+                E.when(general, typed_rows("rows_source", E.col("row_values"), json_rows))
+                .otherwise(E.array(specialised.image(row, row_values)))
+                .alias("row_typed"),
+                E.when(general, typed_rows("old_source", None, json["old"]))
+                .otherwise(E.when(old.isNotNull(), E.array(specialised.image(old, old_values))))
+                .alias("old_typed"),
             ),
         )
 
@@ -409,7 +626,9 @@ class CanalJsonDecoder(Decoder):
                 E.lit(False),
             )
 
-        conversion_failed = failed("rows_source", "row_typed") | failed("old_source", "old_typed")
+        conversion_failed = E.when(
+            general, failed("rows_source", "row_typed") | failed("old_source", "old_typed")
+        ).otherwise(specialised.failed(row, row_values) | specialised.failed(old, old_values))
         return staged.select("*", conversion_failed.alias("conversion_failed").column())
 
     @staticmethod
@@ -434,7 +653,8 @@ class CanalJsonDecoder(Decoder):
             (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
             (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
             (E.col("es_text").isNotNull() & E.col("es").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (_not_rows(E.col("rows_source")), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
+            # A specialised record has one row, an object (no lambda to look).
+            (E.col("_sig").isNull() & _not_rows(E.col("rows_source")), KIND_QUARANTINED, Q_IMAGE_NOT_OBJECT),
             ((op == OP_DELETE) & (rows < 1), KIND_QUARANTINED, Q_KEY_UNKNOWN),
             (rows < 1, KIND_QUARANTINED, Q_MISSING_IMAGE),
             (E.col("conversion_failed"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
@@ -459,7 +679,14 @@ class CanalJsonDecoder(Decoder):
 
         row_change = (E.col("kind") == KIND_CHANGE) & (op != OP_TRUNCATE)
         no_row = E.array(E.struct(E.null(IMAGE_TYPE).alias("before"), E.null(IMAGE_TYPE).alias("after")))
-        per_row = E.when(row_change, E.transform("row_typed", images)).otherwise(no_row)
+        per_row = (
+            E.when(
+                row_change & E.col("_sig").isNotNull(),
+                E.array(images(E.get(E.col("row_typed"), 0), E.lit(0))),
+            )
+            .when(row_change, E.transform("row_typed", images))
+            .otherwise(no_row)
+        )
         exploded = classified.select("*", F.posexplode(per_row.column()).alias("sub_pos", "image"))
         ddl = (E.col("kind") == KIND_IGNORED) & (E.col("reason") == IGNORED_DDL)
         return exploded.select(

@@ -360,6 +360,16 @@ def read_records(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     return result
 
 
+def first_records(spark: SparkSession, files: list[LandedFile], per_split: int) -> DataFrame:
+    """The first ``per_split`` records of every file read whole and of every split (``read_records``).
+
+    A sample that reaches every file, for a decoder that plans on what the landing holds: it costs
+    one read of the text, and only the sampled records go further.
+    """
+    index_in_split = E.col("file_pos").bitwiseAND((1 << _SPLIT_INDEX_BITS) - 1)
+    return read_records(spark, files).where((index_in_split < per_split).column())
+
+
 def _java_causes(exc: BaseException) -> list:
     """The Java exception behind a failed Spark call, then its causes (empty for a Python error)."""
     chain = []

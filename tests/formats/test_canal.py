@@ -865,3 +865,84 @@ def test_rows_in_another_order_than_mysqltype_and_a_column_named_twice(spark, tm
         ("quarantined", "type mismatch", None),
         ("quarantined", "type mismatch", None),
     ]
+
+
+# --- typing specialised on sampled declarations -----------------------------------------------------
+
+WIDE_TYPES = {
+    "id": "bigint(20) unsigned",
+    "qty": "int(11)",
+    "small": "tinyint(3) unsigned",
+    "price": "decimal(10,2)",
+    "ratio": "float",
+    "weight": "double",
+    "flag": "bit(1)",
+    "born": "date",
+    "seen": "datetime(3)",
+    "photo": "varbinary(16)",
+    "note": "varchar(20)",
+}
+WIDE_ROW = {
+    "id": "18446744073709551615",
+    "qty": "-7",
+    "small": "255",
+    "price": "12.50",
+    "ratio": "0.1",
+    "weight": "1e3",
+    "flag": "1",
+    "born": "2024-02-29",
+    "seen": "2024-09-01 10:00:00.123",
+    "photo": "\u00ff\u0000a",
+    "note": "é ü",
+}
+
+
+def _declaration_cases() -> list[str]:
+    """Messages of every shape the specialised typing takes or leaves to the general path."""
+    wide = {"mysql": WIDE_TYPES}
+    return [
+        msg("INSERT", [WIDE_ROW], id_=1, **wide),
+        msg("UPDATE", [{**WIDE_ROW, "qty": "8"}], old=[{"qty": "-7", "note": None}], id_=2, **wide),
+        msg("UPDATE", [{**WIDE_ROW, "qty": "x"}], old=[{"qty": "8"}], id_=3, **wide),  # fails to convert
+        msg("UPDATE", [{**WIDE_ROW, "born": "2024-02-30"}], old=[{"born": "bad"}], id_=4, **wide),
+        msg("UPDATE", [WIDE_ROW], old=[{"other": "1"}], id_=5, **wide),  # old names an undeclared column
+        msg("UPDATE", [WIDE_ROW], old=[None], id_=6, **wide),
+        msg("UPDATE", [WIDE_ROW], old=[], id_=7, **wide),
+        msg("DELETE", [{**WIDE_ROW, "price": None}], id_=8, **wide),
+        msg("INSERT", [WIDE_ROW, {**WIDE_ROW, "id": "2"}], id_=9, **wide),  # two rows
+        msg("INSERT", [{k: WIDE_ROW[k] for k in reversed(WIDE_TYPES)}], id_=10, **wide),  # other order
+        msg("INSERT", [{**WIDE_ROW, "extra": "1"}], id_=11, **wide),  # a column nobody declares
+        msg("INSERT", [{"id": "3", "name": "n"}], id_=12),
+        msg("INSERT", [{"id": "4", "name": "n"}], id_=13, sqlType={"id": "-5", "name": "12"}),
+        msg("INSERT", [{"id": "5", "name": "n"}], id_=14, mysql={}, sqlType={"id": "4", "name": "12"}),
+        msg("INSERT", [None], id_=15),
+        msg("DELETE", None, id_=16, old=[{"id": "6", "name": "n"}]),  # the pre-2022 DTS layout
+    ]
+
+
+def test_specialised_typing_gives_what_the_general_path_gives(spark, tmp_path, monkeypatch):
+    from airflow_cdc_provider.formats import canal
+    from airflow_cdc_provider.formats.events import Q_IMAGE_NOT_OBJECT, Q_TYPE_MISMATCH
+    from airflow_cdc_provider.formats.landed_files import list_landed_files
+
+    path = write(tmp_path / "l" / "part-0.json", "\n".join(_declaration_cases()) + "\n")
+    sampled = canal._signatures(spark, list_landed_files(spark, [str(path.parent)]))
+    assert [dict(s.mysql or ()) for s in sampled] == [
+        WIDE_TYPES,
+        {"id": "int(11)", "name": "varchar(20)"},
+        {"id": "int(11)", "name": "varchar(20)"},
+        {},
+    ]
+    assert sampled[0].types == (
+        "decimal(20,0)", "int", "smallint", "decimal(10,2)", "float", "double", "boolean", "date", "timestamp",
+        "binary", "string",
+    )  # fmt: skip
+    specialised = decode(spark, path.parent)
+    monkeypatch.setattr(canal, "_signatures", lambda spark, files: [])
+    general = decode(spark, path.parent)
+    assert specialised == general
+    assert [e["reason"] for e in general if e["kind"] != "change"] == [
+        Q_TYPE_MISMATCH,
+        Q_TYPE_MISMATCH,
+        Q_IMAGE_NOT_OBJECT,
+    ]
