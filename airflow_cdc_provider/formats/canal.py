@@ -178,6 +178,7 @@ def _empty_text_map() -> Expr:
 
 
 def _ddl_flagged(message: Expr) -> Expr:
+    """``isDdl`` set: the message's type then names no row operation."""
     return E.coalesce(E.lower(E.trim(message["isDdl"])) == "true", E.lit(False))
 
 
