@@ -189,10 +189,16 @@ def _ddl_message(message: Expr) -> Expr:
 
 def _lookup(table: dict[str, str], key: Expr) -> Expr:
     """``table[key]`` as one map literal (null for unknown keys), not a chain of ``when``."""
-    literal = E.map_from_arrays(
-        E.array(*[E.lit(k) for k in table]), E.array(*[E.lit(v) for v in table.values()])
-    )
-    return E.try_element_at(literal, key)
+    return E.try_element_at(_string_map(tuple(table), tuple(table.values())), key)
+
+
+def _strings(values: tuple[str, ...]) -> Expr:
+    return E.array(*[E.lit(v) for v in values]).cast("array<string>")
+
+
+def _string_map(keys: tuple[str, ...], values: tuple[str, ...]) -> Expr:
+    """A ``map<string,string>`` literal, entries in the order given."""
+    return E.map_from_arrays(_strings(keys), _strings(values))
 
 
 def _lowered(mysql_type: Expr) -> Expr:
@@ -357,11 +363,7 @@ class _Signature:
         return _same_map(mysql_types, self.mysql) & _same_map(sql_types, self.sql)
 
     def type_map(self) -> Expr:
-        return E.map_from_arrays(_strings(self.names), _strings(self.types))
-
-
-def _strings(values: tuple[str, ...]) -> Expr:
-    return E.array(*[E.lit(v) for v in values]).cast("array<string>")
+        return _string_map(self.names, self.types)
 
 
 def _same_map(m: Expr, entries: tuple[tuple[str, str], ...] | None) -> Expr:
