@@ -53,7 +53,7 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import object_map
+from airflow_cdc_provider.formats.values import digits_number, object_map
 
 _IMAGE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
@@ -104,12 +104,30 @@ def seconds_or_millis(text: Expr) -> Expr:
     return E.when(t.rlike(r"^\d{13,}$"), number).otherwise(E.try_multiply(number, 1000))
 
 
+_POSITION = r"^\s*\S*?(\d+)\s*:\s*(\d+)\s*$"
+# Java's \s: the whitespace the pattern allows around the parts.
+_SPACES = (" ", "\t", "\n", "\x0b", "\f", "\r")
+
+
 def binlog_position(position: Expr) -> Expr:
-    """``master.000003:1234`` -> ``[3, 1234]``; null when it does not read so."""
-    pattern = r"^\s*\S*?(\d+)\s*:\s*(\d+)\s*$"
-    number = E.regexp_extract(position, pattern, 1).try_cast("bigint")
-    offset = E.regexp_extract(position, pattern, 2).try_cast("bigint")
-    return E.when(position.rlike(pattern) & number.isNotNull() & offset.isNotNull(), E.array(number, offset))
+    """``master.000003:1234`` -> ``[3, 1234]``; null when it does not read so.
+
+    The rule is the pattern ``_POSITION``: the offset is the digits after the last colon, the file
+    number the digits that end the file name before it. A regular expression costs two matches a
+    record, more than the rest of reading it, so the usual shape (no spaces, the number after the
+    name's last dot) is read with plain string functions and only other texts take the pattern.
+    """
+    offset_text = E.substring_index(position, E.lit(":"), -1)
+    name = E.substring(position, 1, E.length(position) - E.length(offset_text) - 1)
+    number, offset = digits_number(E.substring_index(name, E.lit("."), -1)), digits_number(offset_text)
+    plain = position.contains(":")
+    for space in _SPACES:
+        plain = plain & ~position.contains(space)
+    pattern_number = E.regexp_extract(position, _POSITION, 1).try_cast("bigint")
+    pattern_offset = E.regexp_extract(position, _POSITION, 2).try_cast("bigint")
+    return E.when(plain & number.isNotNull() & offset.isNotNull(), E.array(number, offset)).when(
+        pattern_number.isNotNull() & pattern_offset.isNotNull(), E.array(pattern_number, pattern_offset)
+    )
 
 
 class MaxwellJsonDecoder(Decoder):
@@ -128,9 +146,16 @@ class MaxwellJsonDecoder(Decoder):
     @staticmethod
     def _records(parsed: DataFrame) -> DataFrame:
         j = E.col("j")
+        # The time and the binlog position feed several columns: computed once, in their own projection.
+        timed = parsed.select(
+            "*",
+            *E.columns(
+                seconds_or_millis(j["ts"]).alias("_ts_ms"), binlog_position(j["position"]).alias("_binlog")
+            ),
+        )
         type_ = E.lower(E.trim(j["type"]))
         is_ddl = type_.isin(*_DDL_TYPES)
-        ts_ms = seconds_or_millis(j["ts"])
+        ts_ms = E.col("_ts_ms")
         xid = E.trim(j["xid"]).try_cast("bigint")
         commit = E.lower(E.trim(j["commit"])) == "true"
         row = E.coalesce(
@@ -138,7 +163,7 @@ class MaxwellJsonDecoder(Decoder):
             E.when(commit, E.lit(_COMMIT_ROW).cast("bigint")),
             E.lit(0).cast("bigint"),
         )
-        binlog = binlog_position(j["position"])
+        binlog = E.col("_binlog")
         log_pos = E.when(
             j["position"].isNotNull(), E.concat(E.array(E.lit(1).cast("bigint")), binlog, E.array(row))
         ).when(ts_ms.isNotNull(), E.array(E.lit(0).cast("bigint"), E.floor(ts_ms / 1000), xid, row))
@@ -148,7 +173,7 @@ class MaxwellJsonDecoder(Decoder):
             E.when(E.size(j["primary_key_columns"]) > 0, j["primary_key_columns"]),
             E.when(E.size(pk_names) > 0, pk_names),
         )
-        return parsed.select(
+        return timed.select(
             "file",
             "file_pos",
             "line",

@@ -37,6 +37,16 @@ REPLICATE_TYPES = {
 }
 
 
+def digits_number(text: Expr) -> Expr:
+    """``text`` as a ``bigint`` when it is nothing but ASCII digits (leading zeros allowed); else null.
+
+    The same test as a ``^[0-9]+$`` match, without a regular expression per record: the number's
+    own digits, zero-padded to the text's length, must give the text back.
+    """
+    n = text.try_cast("bigint")
+    return E.when((n >= 0) & (E.lpad(n.cast("string"), E.length(text), "0") == text), n)
+
+
 def present(v: Expr) -> Expr:
     """A variant unless it is missing or JSON null."""
     return E.when(v.isNotNull() & ~E.is_variant_null(v), v)

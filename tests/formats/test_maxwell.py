@@ -388,3 +388,33 @@ def test_key_columns_from_a_primary_key_object_and_never_from_its_values(spark, 
     ]
     events = decode_events(spark, FMT, write_jsonl(tmp_path / "in" / "a.json", lines))
     assert [e["key_cols"] for e in events] == [["k"], None, ["k"]]
+
+
+def test_binlog_positions_read_as_the_pattern_reads_them(spark):
+    # The usual shape is read without the regular expression; every other text takes the pattern,
+    # so both routes must agree: spaces, colons, signs, leading zeros, 64-bit overflow.
+    from airflow_cdc_provider.formats import sqlexpr as E
+    from airflow_cdc_provider.formats.maxwell import binlog_position
+
+    expected = {
+        "mysql-bin.000003:1234": [3, 1234],
+        " mysql-bin.000003 :\t1234\n": [3, 1234],
+        "3:4": [3, 4],
+        "host:mysql-bin.12:7": [12, 7],
+        "ab12cd34:5": [34, 5],
+        "binlog.0:000": [0, 0],
+        "my sql-bin.000003:5": None,
+        "mysql-bin.000003:+5": None,
+        "mysql-bin.000003:-5": None,
+        "mysql-bin.-3:5": [3, 5],
+        "mysql-bin.:5": None,
+        "mysql-bin.000003:": None,
+        "mysql-bin.000003": None,
+        "mysql-bin.000003:5:": None,
+        "mysql-bin.99999999999999999999:5": None,
+        "mysql-bin.000003:99999999999999999999": None,
+        "mysql-bin.\u0663:5": None,
+    }
+    rows = spark.createDataFrame([(text,) for text in expected], "p string")
+    got = rows.select("p", binlog_position(E.col("p")).alias("pos").column()).collect()
+    assert {r["p"]: r["pos"] for r in got} == expected
