@@ -12,7 +12,7 @@ stand for each one's fold; otherwise the events are decoded once, kept, and fold
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -112,6 +112,48 @@ class MissingKeyError(ReplayError):
 
 class QuarantineError(ReplayError):
     """``--on-error fail`` and a record could not be decoded."""
+
+
+class DuplicateColumnError(ReplayError):
+    """A row's image names one column twice (a JSON object that repeats a key)."""
+
+
+def _counted(count: Callable[[DataFrame], list], rows: DataFrame) -> list:
+    """``count(rows)`` (``group_counts`` or a variant of it); a row image that names a column twice
+    fails Spark's typing of the row with ``VARIANT_DUPLICATE_KEY``, which names neither record nor
+    column, so that failure is replaced by one that does. Nothing is checked up front: the search
+    runs only when the typing has already failed."""
+    try:
+        return count(rows)
+    except Exception as error:
+        if "VARIANT_DUPLICATE_KEY" not in str(error):
+            raise
+        raise _duplicate_column(rows) from error
+
+
+def _duplicate_column(rows: DataFrame) -> DuplicateColumnError:
+    image = E.col("image")
+    repeated = E.size(E.array_distinct(E.map_keys(image))) < E.size(image)
+    found = (
+        rows.where(((E.col("_tag") == TAG_ROW) & E.col("exists") & repeated).column())
+        .select("table", E.map_keys(image).alias("names").column(), "last")
+        .limit(1)
+        .collect()
+    )
+    if not found:
+        return DuplicateColumnError("a row image names a column twice (Spark: VARIANT_DUPLICATE_KEY)")
+    row = found[0]
+    names, last = row["names"], row["last"]
+    twice = next(name for i, name in enumerate(names) if name in names[:i])
+    where = (
+        position_text(last["file"], last["line"], last["file_pos"], last["sub_pos"])
+        if last is not None and last["file"]
+        else "the base's state"
+    )
+    return DuplicateColumnError(
+        f"{where}: the row of table {row['table']} names column `{twice}` twice, and a row holds one "
+        "value per column. Remove the repeated key from that record (or the record), then run again."
+    )
 
 
 def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
@@ -289,7 +331,7 @@ def _fold_every_as_of(
 
     spans, files = checkpoint_salvaging(spark, files, build)
     try:
-        by_index = span_group_counts(spans, SPAN_FROM, SPAN_TO, "_index")
+        by_index = _counted(lambda r: span_group_counts(r, SPAN_FROM, SPAN_TO, "_index"), spans)
     except BaseException:
         spans.unpersist()
         raise
@@ -455,7 +497,7 @@ def _rebuild(
             spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why
         )
         result = _fold(spark, spec, read, decode, decoder.partial_images)
-    groups = folded[1] if folded is not None else group_counts(result.resolved)
+    groups = folded[1] if folded is not None else _counted(group_counts, result.resolved)
     if not read.kept and needs_table_changes(groups):
         # The single pass assumed no truncate or column drop: they change rows of every key of a
         # table, so the counting window and each key's state need them before they run. Decode
@@ -463,12 +505,12 @@ def _rebuild(
         result.release()
         read = read_all(spark, spec, decode, read.files, read.skipped, None, None)
         result = _fold(spark, spec, read, decode, decoder.partial_images)
-        groups = group_counts(result.resolved)
+        groups = _counted(group_counts, result.resolved)
     if any(g["_tag"] == TAG_QUARANTINED and g["reason"] == Q_NOT_JSON for g in groups):
         if (named := _cut_short_tails(spark, read.files, result.resolved)) is not None:
             result.resolved.unpersist()
             result.resolved = named
-            groups = group_counts(named)
+            groups = _counted(group_counts, named)
     versions = _versions(spark, spec, read, result, decoder.partial_images) if history else None
     try:
         return _write(spark, spec, target, read, result.resolved, groups, versions, prewritten)

@@ -22,7 +22,7 @@ from tests.formats.test_canal import msg as canal_msg
 from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.formats import landed_files
-from airflow_cdc_provider.replay.engine import QuarantineError
+from airflow_cdc_provider.replay.engine import DuplicateColumnError, QuarantineError
 
 
 def quarantined(output: Path) -> list[dict]:
@@ -247,3 +247,22 @@ def test_csv_landings_report_cut_files_and_bytes_that_are_not_utf8(replay, tmp_p
         ("a.csv.gz", delivered + 2, "truncated", None),
         ("b.csv", 3, "not UTF-8", "9,I,1,db.t,N,Y,9001,caf\ufffd"),
     ]
+
+
+def test_a_row_that_names_a_column_twice_fails_naming_the_record_and_the_column(replay, tmp_path):
+    # {"id":1,"name":"a","name":"b"} is JSON, but no row can hold two values of `name`: Spark's typing
+    # of the row fails, and the run says which record and which column instead of Spark's bare error.
+    landed = tmp_path / "in"
+    landed.mkdir()
+    good = json.dumps(
+        {"op": "c", "after": {"id": 2, "name": "c"}, "source": {"db": "db", "table": "t", "ts_ms": T0}}
+    )
+    twice = '{"op": "c", "after": {"id": 1, "name": "a", "name": "b"}, "source": {"db": "db", "table": "t"}}'
+    (landed / "a.json").write_text(good + "\n" + twice + "\n")
+    with pytest.raises(DuplicateColumnError) as err:
+        replay("debezium-json", landed, key="id", output=tmp_path / "out")
+    assert str(err.value) == (
+        f"file:{landed}/a.json line 2: the row of table db.t names column `name` twice, and a row holds "
+        "one value per column. Remove the repeated key from that record (or the record), then run again."
+    )
+    assert not (tmp_path / "out").exists()
