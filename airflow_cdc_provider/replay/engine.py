@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -36,6 +37,7 @@ from airflow_cdc_provider.formats.landed_files import (
     split_lines,
     unterminated_last_records,
 )
+from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.base_state import (
     ROWS_DIR,
     STATE_DIR,
@@ -114,28 +116,33 @@ class QuarantineError(ReplayError):
     """``--on-error fail`` and a record could not be decoded."""
 
 
+_T = TypeVar("_T")
+
+
 class DuplicateColumnError(ReplayError):
     """A row's image names one column twice (a JSON object that repeats a key)."""
 
 
-def _counted(count: Callable[[DataFrame], list], rows: DataFrame) -> list:
-    """``count(rows)`` (``group_counts`` or a variant of it); a row image that names a column twice
-    fails Spark's typing of the row with ``VARIANT_DUPLICATE_KEY``, which names neither record nor
-    column, so that failure is replaced by one that does. Nothing is checked up front: the search
-    runs only when the typing has already failed."""
+def _counted(count: Callable[[DataFrame], _T], rows: DataFrame, typed: Expr | None = None) -> _T:
+    """``count(rows)``: a query that types rows (``group_counts``, ``span_group_counts``, the
+    history's ``_typed_by_versions``). A row image that names a column twice fails Spark's typing
+    with ``VARIANT_DUPLICATE_KEY``, which names neither record nor column; that failure is replaced
+    by one that does. ``typed`` selects the rows the query types (default: the final rows).
+    Nothing is checked up front: the search runs only when the typing has already failed."""
     try:
         return count(rows)
     except Exception as error:
         if "VARIANT_DUPLICATE_KEY" not in str(error):
             raise
-        raise _duplicate_column(rows) from error
+        final_rows = (E.col("_tag") == TAG_ROW) & E.col("exists")
+        raise _duplicate_column(rows, final_rows if typed is None else typed) from error
 
 
-def _duplicate_column(rows: DataFrame) -> DuplicateColumnError:
+def _duplicate_column(rows: DataFrame, typed: Expr) -> DuplicateColumnError:
     image = E.col("image")
     repeated = E.size(E.array_distinct(E.map_keys(image))) < E.size(image)
     found = (
-        rows.where(((E.col("_tag") == TAG_ROW) & E.col("exists") & repeated).column())
+        rows.where((typed & repeated).column())
         .select("table", E.map_keys(image).alias("names").column(), "last")
         .limit(1)
         .collect()
@@ -777,7 +784,9 @@ def _write_shown(
     version_counts: dict[str, int] = {}
     if versions is not None:
         # A history's tables are typed from every version, not only the current rows.
-        groups, version_counts = _typed_by_versions(groups, versions)
+        groups, version_counts = _counted(
+            lambda v: _typed_by_versions(groups, v), versions, E.col("image").isNotNull()
+        )
     tables, schemas, typing_inputs, key_columns = _table_typing(read, resolved, groups)
     table_paths: dict[str, str] = {}
     for table in tables:

@@ -266,3 +266,36 @@ def test_a_row_that_names_a_column_twice_fails_naming_the_record_and_the_column(
         "one value per column. Remove the repeated key from that record (or the record), then run again."
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_superseded_row_that_names_a_column_twice_fails_only_the_history(spark, replay, tmp_path):
+    # The snapshot never types the first version; the history types every version it keeps.
+    from airflow_cdc_provider.contract.args import SnapshotArgs
+    from airflow_cdc_provider.replay.engine import run_history
+    from airflow_cdc_provider.replay.spec import SnapshotSpec
+
+    landed = tmp_path / "in"
+    landed.mkdir()
+    twice = (
+        '{"op": "c", "after": {"id": 1, "name": "a", "name": "b"}, '
+        f'"source": {{"db": "db", "table": "t", "ts_ms": {T0}}}}}'
+    )
+    later = json.dumps(
+        {"op": "u", "after": {"id": 1, "name": "c"}, "source": {"db": "db", "table": "t", "ts_ms": T0 + 1000}}
+    )
+    (landed / "a.json").write_text(twice + "\n" + later + "\n")
+    _, tables = replay("debezium-json", landed, key="id")
+    assert tables == {"db.t": [{"id": 1, "name": "c"}]}
+    args = SnapshotArgs.build(
+        source_format="debezium-json",
+        input_paths=str(landed),
+        output_path=str(tmp_path / "history"),
+        as_of="2100-01-01T00:00:00Z",
+        key_columns="id",
+    )
+    with pytest.raises(DuplicateColumnError) as err:
+        run_history(spark, SnapshotSpec.from_job_args(args))
+    assert str(err.value).startswith(
+        f"file:{landed}/a.json line 1: the row of table db.t names column `name` twice"
+    )
+    assert not (tmp_path / "history").exists()
