@@ -73,6 +73,7 @@ from airflow_cdc_provider.replay.fold import (
 from airflow_cdc_provider.replay.history import FROM_MS, TO_MS, VALID_FROM, VALID_TO, row_versions
 from airflow_cdc_provider.replay.metrics import (
     build_metrics,
+    final_row,
     group_counts,
     needs_table_changes,
     span_group_counts,
@@ -134,8 +135,7 @@ def _counted(count: Callable[[DataFrame], _T], rows: DataFrame, typed: Expr | No
     except Exception as error:
         if "VARIANT_DUPLICATE_KEY" not in str(error):
             raise
-        final_rows = (E.col("_tag") == TAG_ROW) & E.col("exists")
-        raise _duplicate_column(rows, final_rows if typed is None else typed) from error
+        raise _duplicate_column(rows, final_row() if typed is None else typed) from error
 
 
 def _duplicate_column(rows: DataFrame, typed: Expr) -> DuplicateColumnError:

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 HELD_BACK_COUNTS = ("held_back", "held_back_transactions")
 
 
+def final_row() -> Expr:
+    """A resolved row that is a snapshot's row: the rows typing reads."""
+    return (E.col("_tag") == TAG_ROW) & E.col("exists")
+
+
 def group_counts(resolved: DataFrame) -> list:
     """One small row per (table, tag, reason): everything the metrics need, in one Spark query.
 
@@ -37,7 +42,7 @@ def group_counts(resolved: DataFrame) -> list:
     types and column orders), so typing takes no query of its own.
     """
     listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
-    final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
+    final = final_row()
     held_back = [E.sum(name).alias(name) for name in HELD_BACK_COUNTS if name in resolved.columns]
     return (
         resolved.groupBy("table", "_tag", E.when(listed, E.col("first.reason")).alias("reason").column())
@@ -46,8 +51,8 @@ def group_counts(resolved: DataFrame) -> list:
                 *_group_aggregates(),
                 *held_back,
                 # What typing infers: the final rows' value types, and the orders they write columns in.
-                E.schema_of_variant_agg(E.when(final_row, E.to_variant_object("image"))).alias("row_schema"),
-                E.collect_set(E.when(final_row, E.map_keys("image"))).alias("sequences"),
+                E.schema_of_variant_agg(E.when(final, E.to_variant_object("image"))).alias("row_schema"),
+                E.collect_set(E.when(final, E.map_keys("image"))).alias("sequences"),
             )
         )
         .collect()
@@ -82,19 +87,19 @@ def span_group_counts(spans: DataFrame, span_from: str, span_to: str, index: str
     """
     out_of_order = [E.max(OUT_OF_ORDER).alias(OUT_OF_ORDER)] if OUT_OF_ORDER in spans.columns else []
     listed = E.col("_tag").isin(TAG_IGNORED, TAG_QUARANTINED)
-    final_row = (E.col("_tag") == TAG_ROW) & E.col("exists")
+    final = final_row()
     shaped = spans.select(
         "*",
         *E.columns(
             E.when(listed, E.col("first.reason")).alias("reason"),
-            E.when(final_row, E.to_variant_object("image")).alias("_object"),
+            E.when(final, E.to_variant_object("image")).alias("_object"),
         ),
     ).select("*", *E.columns(E.schema_of_variant("_object").alias("_shape")))
     per_span = shaped.groupBy(span_from, span_to, "table", "_tag", "reason", "_shape").agg(
         *E.columns(
             *_group_aggregates(),
             E.any_value("_object", True).alias("_object"),
-            E.collect_set(E.when(final_row, E.map_keys("image"))).alias("sequences"),
+            E.collect_set(E.when(final, E.map_keys("image"))).alias("sequences"),
             *out_of_order,
         )
     )
