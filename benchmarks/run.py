@@ -15,6 +15,9 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
     written as Parquet.
 (c) the ``cdc-replay`` rebuild (``run_snapshot``), its row count checked against the generator's.
 (d) DuckDB, 2 threads, running the query of (b) (debezium-json only).
+(v) ``--prototype``: the rebuild issue 14 sketches, at its smallest (``benchmarks.prototype``):
+    VARIANT images, one window and one aggregation per key, typed at the end; none of the
+    rebuild's other guarantees. The floor of that design on these files (debezium-json only).
 (e) an incremental rebuild (``--base``) when ``--incremental-share`` of the applied events are new:
     a base is built (untimed, ``keep_state``) as of the instant that leaves that share after it,
     then the rebuild to AS OF starts from it. Its target is e/c <= 0.25 for 1% new events.
@@ -71,6 +74,7 @@ from benchmarks.generate import (
     read_expected,
     workload_from_args,
 )
+from benchmarks.prototype import prototype_job
 
 MIB = 2**20
 SAMPLE_LINES_PER_FILE = 2_000
@@ -85,6 +89,7 @@ LABELS = {
     "b": "(b) Spark window job",
     "c": "(c) cdc-replay rebuild",
     "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
+    "v": "(v) issue 14's prototype",
     "e": "(e) incremental rebuild",
     "f": "(f) several AS OFs",
     "g": "(g) history",
@@ -187,6 +192,14 @@ def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: P
     latest.where((F.col("rn") == 1) & (F.col("op") != "d")).select("table", "after.*").write.mode(
         "overwrite"
     ).parquet(str(out))
+
+
+def prototype(spark: SparkSession, landing: Landing, out: Path) -> dict[str, int]:
+    """(v): ``benchmarks.prototype`` on the landing's files, AS OF and key."""
+    if landing.source_format not in WINDOW_FORMATS:
+        raise NotApplicable(f"written for {', '.join(WINDOW_FORMATS)} only")
+    (key,) = landing.expected["key"]
+    return prototype_job(spark, list(landing.files), landing.expected["as_of_ms"], key, out)
 
 
 def rebuild(spark: SparkSession, landing: Landing, out: Path, as_of_ms: int | None = None, **options) -> dict:
@@ -453,13 +466,14 @@ def run_all(
     json_lines: bool = True,
     as_ofs: int = 0,
     with_history: bool = False,
+    with_prototype: bool = False,
 ) -> dict:
-    """Measure (a)-(g) on ``landing``, writing to ``workdir/out-b`` ... ``out-g``; return the report.
+    """Measure (a)-(g) and (v) on ``landing``, writing to ``workdir/out-b`` ... ``out-v``; return the report.
 
     (a), (b) and (d) read JSON lines; a landing of binary files (``json_lines=False``) times the
     rebuild and the incremental run only.
     """
-    out = {name: workdir / f"out-{name}" for name in "bcdefg"}
+    out = {name: workdir / f"out-{name}" for name in "bcdefgv"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
@@ -515,19 +529,32 @@ def run_all(
         )
         g.rows = versions["rows"]
         g.note = f"{versions['versions']:,} versions; rows = the current ones"
+    v, prototype_counts = Measurement(LABELS["v"], note="--prototype not given"), None
+    if with_prototype:
+        v, prototype_counts = measure(
+            LABELS["v"], spark, repeat, lambda: prototype(spark, landing, out["v"]), remover("v")
+        )
     for m, name in ((b, "b"), (d, "d")):
         if m.runs:
             m.rows = spark.read.parquet(str(out[name])).count()
+    if v.runs:
+        v.rows = sum(spark.read.parquet(str(table)).count() for table in out["v"].iterdir())
     if c.runs:
         c.rows = metrics["rows"]
-    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f, "g": g}
+    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f, "g": g, "v": v}
 
     expected = landing.expected
     mismatches = [
         f"{m.label}: {m.rows} rows, the generator expects {expected['rows']}"
-        for m in (b, c, d, e, f, g)
+        for m in (b, c, d, e, f, g, v)
         if m.rows is not None and m.rows != expected["rows"]
     ]
+    if prototype_counts is not None:
+        counted = {k: prototype_counts[k] for k in expected["as_of_counts"]}
+        if counted != expected["as_of_counts"]:
+            mismatches.append(
+                f"{v.label}: counts {counted}, the generator expects {expected['as_of_counts']}"
+            )
     if incremental is not None and incremental["mode"] != "incremental":
         mismatches.append(f"{e.label}: fell back to a full rebuild: {incremental['incremental']['reason']}")
     if metrics is not None:
@@ -566,6 +593,8 @@ def run_all(
             "e/c": ratio(e, c),
             "f/c": ratio(f, c),
             "g/c": ratio(g, c),
+            "v/b": ratio(v, b),
+            "c/v": ratio(c, v),
         },
         "rebuild_events_per_s": landing.events / c.seconds if c.seconds else None,
         "rows": {"expected": expected["rows"], **{k: m.rows for k, m in measurements.items() if k != "a"}},
@@ -608,7 +637,7 @@ def report_text(report: dict) -> str:
     lines += [
         "",
         f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   e/c {_num(r.get('e/c'))}   "
-        f"f/c {_num(r.get('f/c'))}   g/c {_num(r.get('g/c'))}   "
+        f"f/c {_num(r.get('f/c'))}   g/c {_num(r.get('g/c'))}   v/b {_num(r.get('v/b'))}   c/v {_num(r.get('c/v'))}   "
         f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
     ]
     c = report["measurements"]["c"]
@@ -692,6 +721,11 @@ def main(argv: list[str] | None = None) -> int:
         "--history", action="store_true", help="(g): also time the history up to AS OF (default: skip)"
     )
     parser.add_argument(
+        "--prototype",
+        action="store_true",
+        help="(v): also time issue 14's prototype rebuild (debezium-json only; default: skip)",
+    )
+    parser.add_argument(
         "--compare",
         nargs=2,
         type=Path,
@@ -734,6 +768,7 @@ def main(argv: list[str] | None = None) -> int:
             json_lines,
             args.as_ofs,
             args.history,
+            args.prototype,
         )
     finally:
         spark.stop()

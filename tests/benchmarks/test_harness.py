@@ -42,6 +42,7 @@ def bench(
     incremental_share: float = 0.0,
     as_ofs: int = 0,
     with_history: bool = False,
+    with_prototype: bool = False,
 ) -> tuple[Path, dict, dict]:
     work = tmp_path_factory.mktemp(w.source_format)
     expected = generate(w, work / "landed")
@@ -49,13 +50,30 @@ def bench(
     return (
         work,
         expected,
-        run_all(spark, landing, work, 1, incremental_share, as_ofs=as_ofs, with_history=with_history),
+        run_all(
+            spark,
+            landing,
+            work,
+            1,
+            incremental_share,
+            as_ofs=as_ofs,
+            with_history=with_history,
+            with_prototype=with_prototype,
+        ),
     )
 
 
 @pytest.fixture(scope="module")
 def debezium(spark, tmp_path_factory):
-    return bench(spark, tmp_path_factory, DEBEZIUM, incremental_share=0.3, as_ofs=3, with_history=True)
+    return bench(
+        spark,
+        tmp_path_factory,
+        DEBEZIUM,
+        incremental_share=0.3,
+        as_ofs=3,
+        with_history=True,
+        with_prototype=True,
+    )
 
 
 def rebuilt_rows(spark, work: Path, expected: dict) -> list[dict]:
@@ -74,6 +92,7 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
         "e": expected["rows"],
         "f": expected["rows"],
         "g": expected["rows"],
+        "v": expected["rows"],
     }
     assert rebuilt_rows(spark, work, expected) == folded(DEBEZIUM)
     ((table, _),) = expected["tables"].items()
@@ -145,6 +164,15 @@ def test_shareplex_partial_updates_rebuild_exactly(spark, tmp_path_factory):
         == "written for debezium-json only"
     )
     assert report["measurements"]["a"]["seconds"] > 0 and report["rows"]["b"] is None
+
+
+def test_prototype_writes_the_rebuilds_rows_and_counts(spark, debezium):
+    """(v), issue 14's prototype, is a floor only if it does the work: the same rows and counts."""
+    work, expected, report = debezium
+    ((table, _),) = expected["tables"].items()
+    assert rows_of(spark, work / "out-v" / table) == folded(DEBEZIUM)
+    assert report["ratios"]["v/b"] > 0 and report["ratios"]["c/v"] > 0
+    assert "v/b " in report_text(report)
 
 
 def test_report_and_comparison_print(debezium):
