@@ -79,7 +79,7 @@ from benchmarks.prototype import prototype_job
 MIB = 2**20
 SAMPLE_LINES_PER_FILE = 2_000
 SAMPLE_FILES = 16
-WINDOW_FORMATS = ("debezium-json",)  # formats (b) and (d) are written for
+WINDOW_FORMATS = ("debezium-json",)  # formats (b), (d) and (v) are written for
 DUCKDB_THREADS = 2
 # Issue 14's targets for a format's rebuild speed, as a share of debezium-json's events per second.
 JSON_SHARE, PYTHON_DECODED_SHARE = 0.7, 0.5
@@ -172,10 +172,15 @@ def full_parse(spark: SparkSession, landing: Landing, schema: StructType) -> int
     return records.agg(*aggregates).first()["records"]
 
 
-def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: Path) -> None:
-    """(b): the latest row per key as a data engineer writes it for Debezium, written as Parquet."""
+def _require_window_format(landing: Landing) -> None:
+    """(b), (d) and (v) read the generator's Debezium envelope: n/a for any other format."""
     if landing.source_format not in WINDOW_FORMATS:
         raise NotApplicable(f"written for {', '.join(WINDOW_FORMATS)} only")
+
+
+def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: Path) -> None:
+    """(b): the latest row per key as a data engineer writes it for Debezium, written as Parquet."""
+    _require_window_format(landing)
     source = F.col("source")
     events = spark.read.schema(schema).json(list(landing.files))
     keyed = events.where(source["ts_ms"] <= landing.expected["as_of_ms"]).select(
@@ -196,8 +201,7 @@ def window_job(spark: SparkSession, landing: Landing, schema: StructType, out: P
 
 def prototype(spark: SparkSession, landing: Landing, out: Path) -> dict[str, int]:
     """(v): ``benchmarks.prototype`` on the landing's files, AS OF and key."""
-    if landing.source_format not in WINDOW_FORMATS:
-        raise NotApplicable(f"written for {', '.join(WINDOW_FORMATS)} only")
+    _require_window_format(landing)
     (key,) = landing.expected["key"]
     return prototype_job(spark, list(landing.files), landing.expected["as_of_ms"], key, out)
 
@@ -273,8 +277,7 @@ def _sql_text(value: str) -> str:
 
 def duckdb_job(landing: Landing, schema: StructType, out: Path, threads: int = DUCKDB_THREADS) -> None:
     """(d): the query of (b) in DuckDB (explicit columns, QUALIFY row_number()), COPY to Parquet."""
-    if landing.source_format not in WINDOW_FORMATS:
-        raise NotApplicable(f"written for {', '.join(WINDOW_FORMATS)} only")
+    _require_window_format(landing)
     try:
         import duckdb
     except ImportError:

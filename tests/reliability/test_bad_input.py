@@ -19,10 +19,11 @@ import pytest
 
 from tests.conftest import CDC_REPLAY, assert_events_add_up, rows_of
 from tests.formats.test_canal import msg as canal_msg
+from tests.replay.test_history import _spec as history_spec
 from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.formats import landed_files
-from airflow_cdc_provider.replay.engine import DuplicateColumnError, QuarantineError
+from airflow_cdc_provider.replay.engine import DuplicateColumnError, QuarantineError, run_history
 
 
 def quarantined(output: Path) -> list[dict]:
@@ -270,10 +271,6 @@ def test_a_row_that_names_a_column_twice_fails_naming_the_record_and_the_column(
 
 def test_a_superseded_row_that_names_a_column_twice_fails_only_the_history(spark, replay, tmp_path):
     # The snapshot never types the first version; the history types every version it keeps.
-    from airflow_cdc_provider.contract.args import SnapshotArgs
-    from airflow_cdc_provider.replay.engine import run_history
-    from airflow_cdc_provider.replay.spec import SnapshotSpec
-
     landed = tmp_path / "in"
     landed.mkdir()
     twice = (
@@ -286,15 +283,11 @@ def test_a_superseded_row_that_names_a_column_twice_fails_only_the_history(spark
     (landed / "a.json").write_text(twice + "\n" + later + "\n")
     _, tables = replay("debezium-json", landed, key="id")
     assert tables == {"db.t": [{"id": 1, "name": "c"}]}
-    args = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=str(landed),
-        output_path=str(tmp_path / "history"),
-        as_of="2100-01-01T00:00:00Z",
-        key_columns="id",
+    spec = history_spec(
+        "debezium-json", landed, tmp_path / "history", "2100-01-01T00:00:00Z", key_columns="id"
     )
     with pytest.raises(DuplicateColumnError) as err:
-        run_history(spark, SnapshotSpec.from_job_args(args))
+        run_history(spark, spec)
     assert str(err.value).startswith(
         f"file:{landed}/a.json line 1: the row of table db.t names column `name` twice"
     )
