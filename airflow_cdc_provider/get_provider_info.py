@@ -8,10 +8,14 @@ a missing one.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 PACKAGE_NAME = "airflow-cdc-provider"
-VERSION = "0.1.0"
+try:
+    VERSION = version(PACKAGE_NAME)  # pyproject.toml is the one place the version is written
+except PackageNotFoundError:  # a source tree on sys.path, not installed
+    VERSION = "0+unknown"
 INTEGRATION = "CDC Replay"
 
 

@@ -23,6 +23,8 @@ from airflow_cdc_provider.contract.partitions import (
     PartitionPruning,
     parse_duration_ms,
 )
+from airflow_cdc_provider.contract.quarantine_limit import QuarantineLimit
+from airflow_cdc_provider.contract.unavailable import UNAVAILABLE_VALUE_FORMATS, placeholder_bytes
 
 # --format names; the decoder registry (formats/__init__.py) serves exactly these.
 FORMAT_NAMES = (
@@ -110,6 +112,41 @@ def _key_arguments(value: str | Iterable[str] | Mapping[str, str | Iterable[str]
     return _table_column_arguments("key_columns", value)
 
 
+def _max_quarantined(value: str | int | None, on_error: str) -> str | None:
+    """The ``--max-quarantined`` value as the argument list carries it (None or "": no limit).
+
+    Refused with ``--on-error fail``, which already fails on the first record: a limit would say
+    that some records may be set aside, the other option that none may.
+    """
+    if value is None or value == "":
+        return None
+    if on_error == "fail":
+        raise CdcJobArgumentError(
+            "max_quarantined limits how many records on_error='quarantine' sets aside; on_error='fail' "
+            "fails on the first one: use one or the other"
+        )
+    return QuarantineLimit.parse(value).text
+
+
+def _unavailable_arguments(source_format: str, value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``--unavailable-value`` values (none: Debezium's default), refused for formats whose records
+    hold no Debezium placeholder: there the option would silently do nothing."""
+    if value is None or value == "":
+        return ()
+    values = tuple(_as_list("unavailable_values", value))
+    if values and source_format not in UNAVAILABLE_VALUE_FORMATS:
+        raise CdcJobArgumentError(
+            f"unavailable_values (--unavailable-value) is for {' and '.join(UNAVAILABLE_VALUE_FORMATS)}, "
+            f"whose connectors write a placeholder for values they could not read; not for {source_format}"
+        )
+    for item in values:
+        try:
+            placeholder_bytes(item)
+        except ValueError as exc:
+            raise CdcJobArgumentError(str(exc)) from None
+    return values
+
+
 def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[str, str]:
     """Checked ``--partitions``/``--partition-timezone``/``--lateness`` values (wrong ones fail the task early)."""
     values = {
@@ -139,8 +176,10 @@ class SnapshotArgs:
     table_columns: Sequence[str] = ()  # each one --columns value: "db.table=c1,c2"
     timestamp_column: str | None = None
     on_error: str = DEFAULT_ON_ERROR
+    max_quarantined: str | None = None  # "N" records or "P%" of those read; past it the run fails
     with_metadata: bool = False
     binary_as_text: bool = False
+    unavailable_values: Sequence[str] = ()  # each one --unavailable-value; none: Debezium's default
     partitions: str = DEFAULT_PARTITIONS
     partition_timezone: str = DEFAULT_PARTITION_TIMEZONE
     lateness: str = DEFAULT_LATENESS
@@ -163,8 +202,10 @@ class SnapshotArgs:
         table_columns: Iterable[str] | Mapping[str, str | Iterable[str]] | None = None,
         timestamp_column: str | None = None,
         on_error: str = DEFAULT_ON_ERROR,
+        max_quarantined: str | int | None = None,
         with_metadata: bool = False,
         binary_as_text: bool = False,
+        unavailable_values: str | Iterable[str] | None = None,
         partitions: str = DEFAULT_PARTITIONS,
         partition_timezone: str = DEFAULT_PARTITION_TIMEZONE,
         lateness: str = DEFAULT_LATENESS,
@@ -210,8 +251,10 @@ class SnapshotArgs:
             table_columns=_table_column_arguments("table_columns", table_columns, table_required=True),
             timestamp_column=_checked("timestamp_column", timestamp_column) if timestamp_column else None,
             on_error=on_error,
+            max_quarantined=_max_quarantined(max_quarantined, on_error),
             with_metadata=bool(with_metadata),
             binary_as_text=bool(binary_as_text),
+            unavailable_values=_unavailable_arguments(fmt, unavailable_values),
             **_pruning_arguments(partitions, partition_timezone, lateness),
             base_path=_checked("base_path", base_path) if base_path else None,
             keep_state=bool(keep_state),
@@ -239,10 +282,14 @@ class SnapshotArgs:
         if self.timestamp_column:
             args += ["--timestamp-column", self.timestamp_column]
         args += ["--on-error", self.on_error]
+        if self.max_quarantined is not None:
+            args += ["--max-quarantined", self.max_quarantined]
         if self.with_metadata:
             args.append("--with-metadata")
         if self.binary_as_text:
             args.append("--binary-as-text")
+        for value in self.unavailable_values:
+            args += ["--unavailable-value", value]
         for option, value, default in (
             ("--partitions", self.partitions, DEFAULT_PARTITIONS),
             ("--lateness", self.lateness, DEFAULT_LATENESS),
@@ -281,8 +328,10 @@ class SnapshotArgs:
             table_columns=ns.table_columns,
             timestamp_column=ns.timestamp_column,
             on_error=ns.on_error,
+            max_quarantined=ns.max_quarantined,
             with_metadata=ns.with_metadata,
             binary_as_text=ns.binary_as_text,
+            unavailable_values=ns.unavailable_values,
             partitions=ns.partitions,
             partition_timezone=ns.partition_timezone,
             lateness=ns.lateness,
@@ -392,10 +441,27 @@ def add_snapshot_arguments(
         help="records that cannot be decoded: set aside in _quarantine/ (default) or fail the job",
     )
     parser.add_argument(
-        "--with-metadata", action="store_true", help="add _cdc_op, _cdc_event_ts, _cdc_position columns"
+        "--max-quarantined",
+        metavar="N|P%",
+        help="fail the run, leaving its output as it was, when more than N records (or P%% of the "
+        "records read) are quarantined; they are kept in .OUTPUT.cdc-rejected/ beside the output",
+    )
+    parser.add_argument(
+        "--with-metadata",
+        action="store_true",
+        help="add _cdc_op, _cdc_event_ts, _cdc_position, _cdc_file, _cdc_line columns",
     )
     parser.add_argument(
         "--binary-as-text", action="store_true", help="decode Lindorm HBase Base64 values as UTF-8 text"
+    )
+    parser.add_argument(
+        "--unavailable-value",
+        action="append",
+        default=[],
+        dest="unavailable_values",
+        metavar="TEXT",
+        help="debezium-json, debezium-avro: the connector's unavailable.value.placeholder (hex:... for raw "
+        "bytes); a column holding it keeps its earlier value. Repeatable; default __debezium_unavailable_value",
     )
     parser.add_argument(
         "--partitions",

@@ -6,5 +6,7 @@ DESIGN.md section 5 (``format``, ``as_of``, ``as_of_ms``, ``output``, ``rows``, 
 
 METRICS_FILE = "_cdc_metrics.json"
 QUARANTINE_DIR = "_quarantine"
+STATE_DIR = "_cdc_state"  # --keep-state: what a later --base run starts from
+STATE_FILE = "state.json"
 # events.read always equals the sum of the other event counts.
 EVENT_COUNTS = ("read", "applied", "after_as_of", "ignored", "duplicates", "quarantined")

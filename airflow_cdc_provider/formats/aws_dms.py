@@ -6,7 +6,11 @@
   table's column count plus one means ``Op`` comes first, the column count means no ``Op``.
   Column names come from ``--columns TABLE=C1,C2,...`` or from ``dms_table_definition.json``.
   Rows are parsed by Spark's own CSV parser (``from_csv``, RFC 4180 quoting, an empty field is
-  null), line by line, so a quarantined row keeps its file and line.
+  null), each row on its own, so a quarantined row keeps its file and line. A quoted value may
+  hold line breaks, so one row may span lines: a line with an odd number of ``"`` opens (or closes)
+  such a value, and the lines up to the one that closes it are joined with ``\\n`` into the row,
+  which keeps its first line's file, line and position. A value still open at the end of its file
+  is quarantined (``Q_OPEN_QUOTE``) at the line it opened on.
 - ``.parquet``: the S3 target's Parquet; the same ``Op`` column where DMS writes it, the other
   columns named and typed by the file itself.
 - anything else: JSON lines as the Kafka and Kinesis targets write them, ``{"data": {...},
@@ -53,6 +57,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from airflow_cdc_provider.contract.tables import lookup, qualify
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.events import (
@@ -80,6 +85,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import (
     CORRUPT,
@@ -110,6 +116,10 @@ BEFORE_IMAGE_FIELD = "before-image"
 # A full load sorts before the changes of its table, whatever their times (DMS applies the changes
 # it cached during the load after it, and stamps load rows with the transfer time).
 PHASE_LOAD, PHASE_CHANGES = 0, 1
+# A CSV row whose quoted value is still open when its file ends (quarantined at its first line).
+Q_OPEN_QUOTE = "CSV quoted value not closed before the end of its file"
+# Each CSV file's lines in order: the running window that finds where multi-line rows start.
+_LINES_SO_FAR = "PARTITION BY `file` ORDER BY file_pos ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
 
 _OPS = {"I": OP_INSERT, "U": OP_UPDATE, "D": OP_DELETE}
 _JSON_OPS = {"load": OP_READ, "insert": OP_INSERT, "update": OP_UPDATE, "delete": OP_DELETE}
@@ -189,16 +199,6 @@ class TableDefinition:
     keys: tuple[str, ...] = ()
 
 
-def _lookup(entries: dict, table: str | None):
-    """The entry named ``table`` exactly, else the longest name it ends with (``--key`` rules)."""
-    if table is None:
-        return None
-    if table in entries:
-        return entries[table]
-    suffixes = [name for name in entries if table.endswith("." + name)]
-    return entries[max(suffixes, key=len)] if suffixes else None
-
-
 def dms_spark_type(column: dict) -> str | None:
     """The Spark type of one ``TableColumns`` entry (None: keep the text)."""
     kind = str(column.get("ColumnType") or "").strip().upper()
@@ -229,7 +229,7 @@ def parse_definitions(text: str, path: str) -> dict[str, TableDefinition]:
                 for c in columns
                 if str(c.get("ColumnIsPk", "")).strip().lower() == "true"
             )
-            out[f"{owner}.{name}" if owner else name] = TableDefinition(names, types, keys)
+            out[qualify((owner or None, name))] = TableDefinition(names, types, keys)
         return out
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise LandingError(
@@ -257,21 +257,21 @@ class Catalog:
     options: DecodeOptions
 
     def names(self, table: str | None) -> tuple[str, ...] | None:
-        given = _lookup(self.options.table_columns, table)
+        given = lookup(self.options.table_columns, table)
         if given is not None:
             return tuple(given)
-        definition = _lookup(self.definitions, table)
+        definition = lookup(self.definitions, table)
         return definition.columns if definition else None
 
     def types(self, table: str | None) -> dict[str, str] | None:
-        definition = _lookup(self.definitions, table)
+        definition = lookup(self.definitions, table)
         return dict(definition.types) if definition and definition.types else None
 
     def keys(self, table: str | None) -> list[str] | None:
         """The definition's key, unless ``--key`` names one for the table (then the engine uses that)."""
-        if table is None or self.options.key_columns or _lookup(self.options.table_keys, table):
+        if table is None or self.options.key_columns or lookup(self.options.table_keys, table):
             return None
-        definition = _lookup(self.definitions, table)
+        definition = lookup(self.definitions, table)
         return list(definition.keys) if definition and definition.keys else None
 
 
@@ -284,7 +284,7 @@ def table_of(path: str) -> str | None:
     folders = [part for part in urlsplit(path).path.split("/")[:-1] if part]
     while folders and _PARTITION_FOLDER.match(folders[-1]):
         folders.pop()
-    return f"{folders[-2]}.{folders[-1]}" if len(folders) >= 2 else None
+    return qualify(folders[-2:]) if len(folders) >= 2 else None
 
 
 def is_full_load(path: str) -> bool:
@@ -364,7 +364,7 @@ def _json_events(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
         op = E.when(operation == code, E.lit(name)).otherwise(op)
     table_name = E.nullif(E.trim(meta["table-name"]), E.lit(""))
     table = E.when(
-        table_name.isNotNull(), E.concat_ws(".", E.nullif(E.trim(meta["schema-name"]), E.lit("")), table_name)
+        table_name.isNotNull(), qualified_table(E.nullif(E.trim(meta["schema-name"]), E.lit("")), table_name)
     )
     stamp = E.try_to_timestamp(meta["timestamp"])
     text = E.col("text")
@@ -495,14 +495,75 @@ def _by_width(widths: list[int], count: Expr, build) -> Expr:
     return out
 
 
+def _odd_quotes(text: Expr) -> Expr:
+    """Whether a line holds an odd number of ``"``: a quoted value's own quotes (``""`` included)
+    come in pairs, so such a line opens a value that goes on past its end, or closes one."""
+    quotes = E.length(text) - E.length(E.replace(text, E.lit('"'), E.lit("")))
+    return E.coalesce(text.contains('"') & (quotes % 2 == 1), E.lit(False))
+
+
+def _csv_records(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
+    """The records of CSV files: their lines, except that a row with a quoted value holding a line
+    break is one record over its lines. Columns: those of ``read_records`` and ``open_quote``.
+
+    Only files with an odd-quote line are regrouped (a window over each one's lines). Finding them
+    is one scan of the text, no parsing: files without multi-line values, the usual landing, pass
+    through as read, with no shuffle.
+    """
+    lines = read_records(spark, files)
+    odd = _odd_quotes(E.col("text"))
+    spanning = sorted(r["file"] for r in lines.where(odd.column()).select("file").distinct().collect())
+    plain = lines.select("*", E.lit(False).alias("open_quote").column())
+    if not spanning:
+        return plain
+    named = F.broadcast(spark.createDataFrame([(f,) for f in spanning], "file string"))
+    joined = _joined_lines(lines.join(named, "file", "left_semi"))
+    return plain.join(named, "file", "left_anti").unionByName(joined)
+
+
+def _joined_lines(lines: DataFrame) -> DataFrame:
+    """Lines (``read_records`` columns) joined into the CSV rows they make up.
+
+    A line starts a row when the lines before it in its file hold an even number of odd-quote
+    lines: no quoted value is open there. A row keeps its first line's ``file_pos`` and ``line``,
+    so that its order, ``--with-metadata``'s line and quarantine name the line it starts on. Its
+    text is its lines joined with ``\\n``, the line break the reader split them at (a ``\\r``
+    before it is dropped with it). A row whose lines leave a quote open is ``open_quote``: its file
+    ended inside the value. The stand-in for the unreadable rest of a damaged file always starts a
+    row of its own.
+    """
+    odd = _odd_quotes(E.col("text")).cast("int")
+    counted = lines.select("*", *E.columns(odd.alias("_odd"), E.sum(odd).over(_LINES_SO_FAR).alias("_odds")))
+    starts = ((E.col("_odds") - E.col("_odd")) % 2 == 0) | E.col("damaged")
+    first = E.max(E.when(starts, E.col("file_pos"))).over(_LINES_SO_FAR)
+    grouped = counted.select("*", first.alias("_first").column())
+    in_order = E.array_sort(E.collect_list(E.struct(E.col("file_pos"), E.col("text"))))
+    text = E.array_join(E.transform(in_order, lambda part: part["text"]), "\n")
+    damaged = E.bool_or("damaged")
+    return (
+        grouped.groupBy("file", "_first")
+        .agg(
+            *E.columns(
+                E.min("line").alias("line"),
+                E.when(~damaged, text).alias("text"),
+                E.bool_or("unterminated").alias("unterminated"),
+                damaged.alias("damaged"),
+                E.bool_or("not_utf8").alias("not_utf8"),
+                (E.sum("_odd") % 2 == 1).alias("open_quote"),
+            )
+        )
+        .withColumnRenamed("_first", "file_pos")
+    )
+
+
 def _csv_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog) -> DataFrame:
-    """Headerless CSV lines: each is parsed at its table's width plus one (``Op`` first) or, in a
-    full-load file when that does not fit, at the table's width (no ``Op``); neither fitting
-    quarantines the line."""
+    """Headerless CSV rows (``_csv_records``): each is parsed at its table's width plus one (``Op``
+    first) or, in a full-load file when that does not fit, at the table's width (no ``Op``); neither
+    fitting quarantines the row."""
     per_file = _file_table(spark, files, catalog, with_names=True)
     widths = sorted({len(names) for names in (catalog.names(table_of(f.path)) for f in files) if names})
     text = E.col("text")
-    records = read_records(spark, files).where(((E.trim(text) != "") | E.col("damaged")).column())
+    records = _csv_records(spark, files).where(((E.trim(text) != "") | E.col("damaged")).column())
     count = E.size("names")
     staged = records.join(per_file, "file", "left").select(
         "*", _by_width(widths, count, lambda w: _csv_fields(text, w + 1)).alias("_with_op").column()
@@ -519,7 +580,8 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog) ->
     fits = with_op.isNotNull() | without_op.isNotNull()
     bad = E.coalesce(
         unparsable_reason(text, E.col("damaged"), E.col("not_utf8")),
-        E.when(E.col("table").isNull(), E.lit(Q_MISSING_TABLE))
+        E.when(E.col("open_quote"), E.lit(Q_OPEN_QUOTE))
+        .when(E.col("table").isNull(), E.lit(Q_MISSING_TABLE))
         .when(E.col("names").isNull(), E.lit(Q_NO_COLUMNS))
         .when(~fits & E.col("unterminated"), E.lit(Q_TRUNCATED))
         .when(~fits, E.lit(Q_CSV_WIDTH)),

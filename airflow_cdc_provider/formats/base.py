@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_cdc_provider.contract.unavailable import placeholders
 from airflow_cdc_provider.formats.landed_files import LandedFile
 
 
@@ -27,6 +28,8 @@ class DecodeOptions:
     ``--timestamp-column`` (the column DMS adds with ``TimestampColumnName``). ``whole_transactions``
     is ``--whole-transactions``: a decoder may then derive transaction ids its records do not carry
     (DataHub BLOB, from its transaction markers), which costs it a pass it otherwise skips.
+    ``unavailable_values`` are the bytes of ``--unavailable-value``: the placeholders a Debezium
+    connector writes for values it could not read (``formats/unavailable.py``).
     """
 
     key_columns: tuple[str, ...] = ()
@@ -38,6 +41,7 @@ class DecodeOptions:
     table_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     timestamp_column: str | None = None
     whole_transactions: bool = False
+    unavailable_values: tuple[bytes, ...] = placeholders(())
 
 
 class Decoder(ABC):

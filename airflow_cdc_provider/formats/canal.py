@@ -66,6 +66,7 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
     empty_image,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, first_records
@@ -522,7 +523,7 @@ class CanalJsonDecoder(Decoder):
                 kind_type.alias("kind_type"),
                 is_ddl_event.alias("is_ddl"),
                 op.alias("op"),
-                E.when(j["table"].isNotNull(), E.concat_ws(".", j["database"], j["table"])).alias("table"),
+                E.when(j["table"].isNotNull(), qualified_table(j["database"], j["table"])).alias("table"),
                 E.when(E.size(j["pkNames"]) > 0, j["pkNames"]).alias("key_cols"),
                 j["es"].alias("es_text"),
                 j["es"].try_cast("bigint").alias("es"),

@@ -50,6 +50,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
@@ -162,7 +163,7 @@ class CdlJsonDecoder(Decoder):
             op = E.when(operation == name, E.lit(canonical_op)).otherwise(op)
         table = E.when(
             E.trim(p["TABLE_NAME"]) != "",
-            E.concat_ws(".", E.when(E.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
+            qualified_table(E.when(E.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
         )
         bad_value = (
             image_conversion_failed(data, after_typed, declared)

@@ -64,6 +64,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
@@ -219,7 +220,7 @@ def _fields(parsed: DataFrame) -> DataFrame:
         "tombstone",
         *E.columns(
             payload["op"].alias("op"),
-            E.when(table_parts[2].isNotNull(), E.concat_ws(".", *table_parts)).alias("table"),
+            E.when(table_parts[2].isNotNull(), qualified_table(*table_parts)).alias("table"),
             seq_text.alias("seq_text"),
             event_text.alias("event_text"),
             E.when(E.size(keys) > 0, keys).alias("key_cols"),

@@ -50,6 +50,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    dotted_table,
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
@@ -353,7 +354,9 @@ def attach_before_images(
 def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
     """Classify each record, pair update halves, and select the canonical columns."""
     seq_text = E.trim("seq")
-    table = E.coalesce(E.nullif(E.trim("source_table"), E.lit("")), E.lit(options.table).cast("string"))
+    table = E.coalesce(
+        dotted_table(E.nullif(E.trim("source_table"), E.lit(""))), E.lit(options.table).cast("string")
+    )
     fields = rows.select(
         "*",
         *E.columns(

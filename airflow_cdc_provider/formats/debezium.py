@@ -42,6 +42,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import (
@@ -52,6 +53,7 @@ from airflow_cdc_provider.formats.kafka_connect import (
 )
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.formats.unavailable import placeholder_columns, without_columns
 
 _SOURCE = StructType(
     [
@@ -127,8 +129,8 @@ class Envelope:
 
 def _qualified_table(src: Expr) -> Expr:
     # Lindorm names namespace.table; MySQL db.table; PostgreSQL, Oracle, SQL Server db.schema.table.
-    return E.when(src["namespace"].isNotNull(), E.concat_ws(".", src["namespace"], src["table"])).otherwise(
-        E.when(src["table"].isNotNull(), E.concat_ws(".", src["db"], src["schema"], src["table"]))
+    return E.when(src["namespace"].isNotNull(), qualified_table(src["namespace"], src["table"])).otherwise(
+        E.when(src["table"].isNotNull(), qualified_table(src["db"], src["schema"], src["table"]))
     )
 
 
@@ -206,6 +208,16 @@ def _declared_columns(fields: Expr) -> Expr:
     return E.coalesce(image_fields("after"), image_fields("before"))
 
 
+def _unavailable_left_out(staged: DataFrame, values: tuple[bytes, ...]) -> DataFrame:
+    """``_after`` without the columns whose value is an unavailable-value placeholder, and those
+    columns in ``_unavailable`` (null when none): before conversion, so that a placeholder in a
+    typed column (``bytea``, arrays) is never read, or quarantined, as that column's value."""
+    found = staged.select(
+        "*", placeholder_columns(E.col("_after"), E.col("text"), values).alias("_unavailable").column()
+    )
+    return found.withColumn("_after", without_columns(E.col("_after"), E.col("_unavailable")).column())
+
+
 def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
     """Canonical events of parsed Debezium records (``parse_json_records`` columns, ``j`` in ``RECORD_SCHEMA``).
 
@@ -228,6 +240,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
         .alias("_connect")
         .column(),
     )
+    staged = _unavailable_left_out(staged, options.unavailable_values)
     after_raw, before_raw = E.col("_after"), E.col("_before")
     # Lindorm HBase tables: no schema block, key ROW, every value Base64.
     hbase = (
@@ -327,7 +340,9 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             tx_id=E.coalesce(e["transaction"]["id"], src["txId"]),
             before=before_or_key,
             after=E.when(op != OP_DELETE, after),
-            partial=E.lit(False),
+            # An update that left placeholders out carries only the columns it knows.
+            partial=E.coalesce((op == OP_UPDATE) & E.col("_unavailable").isNotNull(), E.lit(False)),
+            unavailable=E.when(op != OP_DELETE, E.col("_unavailable")),
             key_cols=key_cols,
             types=types,
             raw=E.col("text"),

@@ -79,6 +79,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.kafka_connect import let
@@ -471,7 +472,7 @@ class DebeziumMongodbDecoder(Decoder):
             *E.columns(
                 envelope.alias("e"),
                 envelope_op(e["op"], src["snapshot"], _OPS).alias("op"),
-                E.when(src["collection"].isNotNull(), E.concat_ws(".", src["db"], src["collection"])).alias(
+                E.when(src["collection"].isNotNull(), qualified_table(src["db"], src["collection"])).alias(
                     "table"
                 ),
                 is_key_line(E.col("text")).alias("is_key"),

@@ -22,6 +22,7 @@ from pyspark.sql.types import (
     VariantType,
 )
 
+from airflow_cdc_provider.contract import tables
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.sqlexpr import Expr
 
@@ -95,6 +96,9 @@ CANONICAL_EVENT_SCHEMA = StructType(
         StructField("before", IMAGE_TYPE),
         StructField("after", IMAGE_TYPE),
         StructField("partial", BooleanType()),  # after image carries only changed columns
+        # Columns whose value was the connector's unavailable-value placeholder ("unchanged",
+        # ``formats/unavailable.py``): left out of the after image; null when there were none.
+        StructField("unavailable", ArrayType(StringType())),
         StructField("key_cols", ArrayType(StringType())),  # key columns the record names, if any
         StructField("types", MapType(StringType(), StringType())),  # declared Spark types
         StructField("file", StringType(), nullable=False),
@@ -179,3 +183,52 @@ def overlay(base: Expr, top: Expr) -> Expr:
     )
     both = E.map_concat(replaced, E.map_filter(top, lambda k, v: ~E.map_contains_key(base, k)))
     return E.when(E.size(top) == 0, base).when(E.size(base) == 0, top).otherwise(both)
+
+
+def _quoted_part(part: Expr) -> Expr:
+    """``contract.tables.quote_part`` in Spark: a part quoted when it is empty or holds ``.`` or ``"``."""
+    quote = tables.QUOTE
+    ambiguous = (part == "") | part.contains(tables.SEPARATOR) | part.contains(quote)
+    quoted = E.concat(E.lit(quote), E.replace(part, E.lit(quote), E.lit(quote * 2)), E.lit(quote))
+    return E.when(ambiguous, quoted).otherwise(part)
+
+
+def qualified_table(*parts: Expr) -> Expr:
+    """A table's qualified name from its parts (``contract.tables.qualify``; null parts left out).
+
+    Every decoder names its table through this (or ``dotted_table`` for a source that gives one
+    dotted string), so that tables whose parts differ never share a name.
+    """
+    return E.concat_ws(tables.SEPARATOR, *[_quoted_part(p) for p in parts])
+
+
+def dotted_table(text: Expr) -> Expr:
+    """The qualified name of a source's own dotted table string (``SCHEMA.TABLE``, ``db.table``).
+
+    Its parts are the dot-separated pieces (the source itself cannot say otherwise); a piece
+    holding a ``"`` or an empty piece is quoted, so that the name reads back as the same string.
+    """
+    pieces = E.split(text, r"\.")
+    quoted = E.array_join(E.transform(pieces, _quoted_part), tables.SEPARATOR)
+    return E.when(
+        (text == "")
+        | text.contains(tables.QUOTE)
+        | text.contains("..")
+        | text.startswith(".")
+        | text.endswith("."),
+        quoted,
+    ).otherwise(text)
+
+
+def table_matches(table: Expr, names: tuple[str, ...]) -> Expr:
+    """Whether ``table`` is named by any of ``names`` (``contract.tables.matching_reading``).
+
+    Each name reads as its possible qualified forms; a table matches a form that is its whole
+    qualified name or its last parts (a quoted part never holds an unquoted ``.``, so a suffix
+    after a ``.`` starts a part).
+    """
+    selected = E.lit(False)
+    for name in names:
+        for form in tables.name_forms(name):
+            selected = selected | (table == form) | table.endswith(tables.SEPARATOR + form)
+    return selected

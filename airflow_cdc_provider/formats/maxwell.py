@@ -49,6 +49,7 @@ from airflow_cdc_provider.formats.events import (
     classify,
     empty_image,
     overlay,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
@@ -185,7 +186,7 @@ class MaxwellJsonDecoder(Decoder):
                 type_.alias("type"),
                 is_ddl.alias("is_ddl"),
                 E.when(~is_ddl, _lookup(_ROW_OPS, type_)).alias("op"),
-                E.when(j["table"].isNotNull(), E.concat_ws(".", j["database"], j["table"])).alias("table"),
+                E.when(j["table"].isNotNull(), qualified_table(j["database"], j["table"])).alias("table"),
                 j["ts"].alias("ts_text"),
                 ts_ms.alias("event_ms"),
                 log_pos.alias("log_pos"),

@@ -15,6 +15,17 @@ compressed one never does); an update without a before image cannot tell, and is
 image of a full row is the row itself, so nothing is lost when a full image is taken for a partial
 one. ``T`` empties the table.
 Transaction fields the formatter can add (``xid``, ``txind``) give ``tx_id`` and ``tx_end``.
+
+With the formatter's missing-column flags on (``includeIsMissingFields``), each column ``COL`` of an
+image has a boolean ``COL_isMissing`` beside it. The flags are metadata, never columns: a true flag
+means ``COL`` is absent from that image (the trail does not hold it; absent is not null), so ``COL``
+leaves the image whatever value the formatter wrote for it, and an update whose after image has a
+true flag is partial; a false flag leaves ``COL`` as it is, null or a value. A field
+``X_isMissing`` is read as a flag only when its value is a JSON boolean, ``X`` is in the same image
+or the flag is true, and the image has no ``X_isMissing_isMissing``: with the flags on, a source
+column that happens to be named ``X_isMissing`` has a flag of its own, which makes it a column.
+With the flags off nothing tells them apart: a boolean source column ``X_isMissing`` that is true,
+or sits beside a column ``X``, is taken for a flag.
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    dotted_table,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
@@ -74,6 +86,8 @@ _OPS = {
 }
 # pos is compared as 36 zero-padded digits, in two 18-digit halves (each below 2^63).
 _POS_DIGITS = 36
+# GoldenGate's missing-column flag of column COL is the field COL_isMissing of the same image.
+MISSING_FLAG_SUFFIX = "_isMissing"
 
 
 def _lookup(table: dict[str, str], key: Expr) -> Expr:
@@ -104,6 +118,47 @@ def trail_position(pos: Expr) -> Expr:
     return E.when(p.rlike(rf"^\d{{1,{_POS_DIGITS}}}$"), parts)
 
 
+def _is_missing_flag(image: Expr, name: Expr, value: Expr) -> Expr:
+    """Whether the field ``name`` (holding ``value``) of ``image`` is GoldenGate's missing-column flag
+    of another column rather than a column of the source (the rule of the module docstring)."""
+    column = E.left(name, E.length(name) - len(MISSING_FLAG_SUFFIX))
+    flag = (
+        name.endswith(MISSING_FLAG_SUFFIX)
+        & (E.schema_of_variant(value) == "BOOLEAN")
+        & ~E.map_contains_key(image, E.concat(name, E.lit(MISSING_FLAG_SUFFIX)))
+        & (E.map_contains_key(image, column) | E.try_variant_get(value, "$", "boolean"))
+    )
+    return E.coalesce(flag, E.lit(False))
+
+
+def _is_true_missing_flag(image: Expr, name: Expr, value: Expr) -> Expr:
+    """A flag saying that its column is absent from ``image``."""
+    return _is_missing_flag(image, name, value) & E.coalesce(
+        E.try_variant_get(value, "$", "boolean"), E.lit(False)
+    )
+
+
+def without_missing_flags(image: Expr) -> Expr:
+    """``image`` without its missing-column flags and without the columns a true flag marks absent.
+
+    A flagged column must not reach the image at all: an absent column keeps its previous value in
+    a partial update, where a null (what the formatter may write for it) would overwrite it.
+    """
+
+    def marked_absent(name: Expr) -> Expr:
+        flag_name = E.concat(name, E.lit(MISSING_FLAG_SUFFIX))
+        return _is_true_missing_flag(image, flag_name, E.try_element_at(image, flag_name))
+
+    return E.map_filter(image, lambda k, v: ~_is_missing_flag(image, k, v) & ~marked_absent(k))
+
+
+def has_true_missing_flag(image: Expr) -> Expr:
+    """Whether some column of ``image`` is flagged absent: the image is then certainly partial,
+    whatever the unchanged columns it also carries suggest."""
+    flags = E.map_filter(image, lambda k, v: _is_true_missing_flag(image, k, v))
+    return E.coalesce(E.size(flags) > 0, E.lit(False))
+
+
 class OggJsonDecoder(Decoder):
     name = "ogg-json"
     description = (
@@ -117,10 +172,11 @@ class OggJsonDecoder(Decoder):
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
         j = E.col("j")
+        staged = _flags_removed(parsed, j["before"], j["after"])
         op_text = E.upper(E.trim(j["op_type"]))
         op = _lookup(_OPS, op_text)
-        before, after = j["before"], j["after"]
-        table = E.when(E.trim(j["table"]) != "", E.trim(j["table"]))
+        before, after = E.col("_before"), E.col("_after")
+        table = E.when(E.trim(j["table"]) != "", dotted_table(E.trim(j["table"])))
         event_ms = op_millis(j["op_ts"])
         position = trail_position(j["pos"])
         bad = E.col("bad")
@@ -154,9 +210,11 @@ class OggJsonDecoder(Decoder):
                 & (E.to_json(before[k]) == E.to_json(after[k]))
             ),
         )
-        partial = (op == OP_UPDATE) & (before.isNull() | ~E.coalesce(carries_unchanged, E.lit(False)))
+        partial = (op == OP_UPDATE) & (
+            E.col("_after_flags_absent") | before.isNull() | ~E.coalesce(carries_unchanged, E.lit(False))
+        )
         txind = E.upper(E.trim(j["txind"]))
-        return parsed.select(
+        return staged.select(
             *canonical(
                 table=table,
                 kind=kind,
@@ -178,3 +236,22 @@ class OggJsonDecoder(Decoder):
                 raw=E.col("text"),
             )
         )
+
+
+def _flags_removed(parsed: DataFrame, before: Expr, after: Expr) -> DataFrame:
+    """``parsed`` with ``_before``/``_after`` (the images without missing-column flags) and
+    ``_after_flags_absent`` (a true flag in the after image).
+
+    The walks over the images run only where the text names a flag (or escapes a character, which
+    could spell one): records written with the flags off pass their images on as they are.
+    """
+    text = E.col("text")
+    may_flag = text.contains(MISSING_FLAG_SUFFIX) | text.contains("\\u")
+    return parsed.select(
+        "*",
+        *E.columns(
+            E.when(may_flag, without_missing_flags(before)).otherwise(before).alias("_before"),
+            E.when(may_flag, without_missing_flags(after)).otherwise(after).alias("_after"),
+            (may_flag & has_true_missing_flag(after)).alias("_after_flags_absent"),
+        ),
+    )

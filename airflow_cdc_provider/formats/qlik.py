@@ -61,6 +61,7 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_TABLE,
     canonical,
     classify,
+    qualified_table,
 )
 from airflow_cdc_provider.formats.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
@@ -241,7 +242,7 @@ def _metadata(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         )
     )
     key_cols = E.transform(key_positions, lambda k: k["name"])
-    qualified = E.when(lineage["table"].isNotNull(), E.concat_ws(".", lineage["schema"], lineage["table"]))
+    qualified = E.when(lineage["table"].isNotNull(), qualified_table(lineage["schema"], lineage["table"]))
     lineage_ms = E.coalesce(utc_millis(lineage["timestamp"]), E.lit(-1))
     version = E.struct(
         # Versions of a table sort by tableVersion, then announcement time, then landing order.

@@ -38,8 +38,10 @@ from airflow_cdc_provider.formats.events import (
     Q_UNKNOWN_OP,
     canonical,
     classify,
+    dotted_table,
     empty_image,
     overlay,
+    table_matches,
 )
 from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.landed_files import LandedFile
@@ -132,9 +134,7 @@ def rowid_wanted(options: DecodeOptions, table: Expr) -> Expr:
         return E.lit(True)
     wanted = E.lit(ROWID_COLUMN in options.key_columns)
     for name, cols in options.table_keys.items():
-        wanted = E.when((table == name) | table.endswith("." + name), E.lit(ROWID_COLUMN in cols)).otherwise(
-            wanted
-        )
+        wanted = E.when(table_matches(table, (name,)), E.lit(ROWID_COLUMN in cols)).otherwise(wanted)
     return E.coalesce(wanted, E.lit(False))
 
 
@@ -162,7 +162,7 @@ class ShareplexJsonDecoder(Decoder):
         seq = E.coalesce(meta["seq"].try_cast("bigint"), E.try_element_at(idx, 1).try_cast("bigint"))
         size = E.coalesce(meta["size"].try_cast("bigint"), E.try_element_at(idx, 2).try_cast("bigint"))
         fallback_table = E.lit(options.table).cast("string")
-        table = E.coalesce(meta["table"], fallback_table)
+        table = E.coalesce(dotted_table(meta["table"]), fallback_table)
         # Only a rowid the rows carry may identify a row (a delete that names nothing else).
         rowid = E.when(rowid_wanted(options, table), meta["rowid"])
         return parsed.select(

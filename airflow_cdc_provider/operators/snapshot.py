@@ -58,12 +58,23 @@ class CdcSnapshotOperator(BaseOperator):
         ``{table: column(s)}`` or a list of ``TABLE=COL,...`` strings. (templated)
     :param timestamp_column: ``aws-dms``: the column DMS adds with ``TimestampColumnName``
         (``--timestamp-column``). (templated)
+    :param unavailable_values: ``debezium-json``/``debezium-avro``: the placeholder(s) the
+        connector writes for values it could not read (``unavailable.value.placeholder``; ``hex:``
+        and hex digits for raw bytes), a text or a list (``--unavailable-value``). A column holding
+        one keeps its earlier value. ``None``: Debezium's default ``__debezium_unavailable_value``.
+        (templated)
     :param conn_id: Airflow connection of type ``spark`` that gives the master (``local[*]``,
         ``spark://host:7077``, ``yarn``, ``k8s://...``); the task fails if it is missing.
     :param spark_conf: extra Spark properties for spark-submit (``--conf key=value``).
     :param on_error: ``quarantine`` (records that cannot be decoded go to ``_quarantine/``) or
         ``fail`` (the job fails on the first one).
-    :param with_metadata: add ``_cdc_op``, ``_cdc_event_ts``, ``_cdc_position`` to every row.
+    :param max_quarantined: fail the task when more records than this are quarantined
+        (``--max-quarantined``): a count (``100``) or a share of the records read (``"0.5%"``),
+        per snapshot. The output is then left as it was and the quarantined records are kept in
+        ``.<output name>.cdc-rejected/_quarantine`` beside it. ``None`` or an empty rendered
+        string: no limit. Not with ``on_error="fail"``. (templated)
+    :param with_metadata: add ``_cdc_op``, ``_cdc_event_ts``, ``_cdc_position``, ``_cdc_file`` and
+        ``_cdc_line`` to every row.
     :param partitions: time partitions of the landing (``--partitions``): ``auto`` (hive-style
         ``dt=``/``hour=`` folders, the default), ``none``, or a strftime folder pattern such as
         ``%Y/%m/%d``; partitions starting after AS OF + ``lateness`` are not read.
@@ -95,6 +106,8 @@ class CdcSnapshotOperator(BaseOperator):
         "tables",
         "table_columns",
         "timestamp_column",
+        "unavailable_values",
+        "max_quarantined",
         "base_path",
     )
     ui_color = "#d6eaf8"
@@ -111,9 +124,11 @@ class CdcSnapshotOperator(BaseOperator):
         tables: str | list[str] | None = None,
         table_columns: dict[str, str | list[str]] | list[str] | None = None,
         timestamp_column: str | None = None,
+        unavailable_values: str | list[str] | None = None,
         conn_id: str = CdcReplayHook.default_conn_name,
         spark_conf: dict[str, Any] | None = None,
         on_error: str = "quarantine",
+        max_quarantined: int | str | None = None,
         with_metadata: bool = False,
         partitions: str = "auto",
         partition_timezone: str = "UTC",
@@ -134,9 +149,11 @@ class CdcSnapshotOperator(BaseOperator):
         self.tables = tables
         self.table_columns = table_columns
         self.timestamp_column = timestamp_column
+        self.unavailable_values = unavailable_values
         self.conn_id = conn_id
         self.spark_conf = spark_conf
         self.on_error = on_error
+        self.max_quarantined = max_quarantined
         self.with_metadata = with_metadata
         self.partitions = partitions
         self.partition_timezone = partition_timezone
@@ -183,7 +200,9 @@ class CdcSnapshotOperator(BaseOperator):
             tables=self.tables or None,
             table_columns=self.table_columns or None,
             timestamp_column=self.timestamp_column or None,
+            unavailable_values=self.unavailable_values or None,
             on_error=self.on_error,
+            max_quarantined=self.max_quarantined,
             with_metadata=self.with_metadata,
             partitions=self.partitions,
             partition_timezone=self.partition_timezone,

@@ -28,6 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
+from airflow_cdc_provider.contract.metrics import STATE_DIR, STATE_FILE
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     KIND_CHANGE,
@@ -40,8 +41,6 @@ from airflow_cdc_provider.formats.events import (
 from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.replay.fold import TAG_ROW, on_time
 
-STATE_DIR = "_cdc_state"
-STATE_FILE = "state.json"
 ROWS_DIR = "rows"
 STATE_VERSION = 1
 IGNORED_IN_BASE = "applied by the base snapshot"  # an event the base already applied (re-read file)
@@ -61,6 +60,8 @@ class BaseState:
     )  # signatures, dropped, key_columns, last_event_ms
     files: dict[str, list[Any]] = field(default_factory=dict)  # path -> [size, newest event ms or None]
     decode: dict[str, Any] = field(default_factory=dict)  # format options that change decoding
+    # Every row's last event carries its line (``_cdc_line``), also in files read in splits.
+    lines_complete: bool = False
 
     @property
     def rows_uri(self) -> str:
@@ -87,6 +88,7 @@ class BaseState:
                 "tables": self.tables,
                 "files": self.files,
                 "decode": self.decode,
+                "lines_complete": self.lines_complete,
             },
             sort_keys=True,
         )
@@ -123,6 +125,7 @@ def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | 
         tables=data["tables"],
         files=data["files"],
         decode=data.get("decode", {}),
+        lines_complete=bool(data.get("lines_complete", False)),
     ), None
 
 
@@ -137,6 +140,8 @@ def split_base_rows(
     Keeps an incremental run's cost tied to what changed rather than to the size of the base.
     """
     rows = spark.read.parquet(state.rows_uri)
+    if "unknown" not in rows.columns:  # a state written before unavailable values were counted
+        rows = rows.withColumn("unknown", F.lit(None).cast("array<string>"))
     touched = (
         keyed.where(F.col("_tag") == TAG_ROW)
         .select("table", "_key")
@@ -168,6 +173,8 @@ def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
         "line": last["line"],
         "after": F.when(F.col("exists"), F.col("image")),
         "partial": F.lit(False),
+        # The columns the base's row holds null because their value was unavailable: still unknown.
+        "unavailable": F.col("unknown"),
         "key_cols": F.col("key_names"),
         "_key_cols": F.col("key_names"),
         "_new_key": F.col("_key"),
@@ -198,6 +205,7 @@ def carried_as_resolved(rows: DataFrame, resolved: DataFrame) -> DataFrame:
         "key_names": F.col("key_names"),
         "exists": F.col("exists"),
         "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image().column()),
+        "unknown": F.col("unknown"),
     }
     return _shaped(rows, values, resolved.schema)
 
@@ -235,6 +243,7 @@ def state_rows(resolved: DataFrame) -> DataFrame:
         "_key",
         "exists",
         F.when(F.col("exists"), F.col("image")).alias("image"),
+        "unknown",
         "key_names",
         F.struct(
             F.when(F.col("exists"), last["op"]).otherwise(F.lit(OP_DELETE)).alias("op"),

@@ -19,7 +19,9 @@ from typing import TypeVar
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
+from airflow_cdc_provider.contract.as_of import format_as_of
+from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR, STATE_DIR, STATE_FILE
+from airflow_cdc_provider.contract.tables import check_unambiguous, table_folder
 from airflow_cdc_provider.formats import get_decoder
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
@@ -29,6 +31,7 @@ from airflow_cdc_provider.formats.events import (
     Q_NOT_JSON,
     Q_TRUNCATED,
     position_text,
+    table_matches,
 )
 from airflow_cdc_provider.formats.landed_files import (
     LandedFile,
@@ -40,8 +43,6 @@ from airflow_cdc_provider.formats.landed_files import (
 from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.base_state import (
     ROWS_DIR,
-    STATE_DIR,
-    STATE_FILE,
     BaseState,
     base_rows_as_keyed,
     carried_as_resolved,
@@ -76,7 +77,9 @@ from airflow_cdc_provider.replay.metrics import (
     final_row,
     group_counts,
     needs_table_changes,
+    partial_updates,
     span_group_counts,
+    unavailable_values,
     with_versions,
 )
 from airflow_cdc_provider.replay.output import OutputTarget
@@ -90,7 +93,12 @@ from airflow_cdc_provider.replay.plan import (
     read_input,
     size_shuffles,
 )
-from airflow_cdc_provider.replay.resolve import carried_rows, resolve, with_table_changes
+from airflow_cdc_provider.replay.resolve import (
+    chain_carries,
+    observe_partial_moves,
+    resolve,
+    with_table_changes,
+)
 from airflow_cdc_provider.replay.schemas import (
     SchemaDriftError,
     SchemaInputs,
@@ -115,6 +123,10 @@ class MissingKeyError(ReplayError):
 
 class QuarantineError(ReplayError):
     """``--on-error fail`` and a record could not be decoded."""
+
+
+class QuarantineLimitError(ReplayError):
+    """More records were quarantined than ``--max-quarantined`` allows; the output was not replaced."""
 
 
 _T = TypeVar("_T")
@@ -167,9 +179,7 @@ def _select_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
     if not tables:
         return events
     t = F.col("table")
-    selected = F.lit(False)
-    for name in tables:
-        selected = selected | (t == name) | t.endswith("." + name)
+    selected = table_matches(E.col("table"), tables).column()
     drop = (F.col("kind") == KIND_CHANGE) | (F.col("kind") == KIND_IGNORED)
     drop = drop & t.isNotNull() & ~selected
     return events.withColumns(
@@ -188,16 +198,31 @@ def _position(last: F.Column) -> F.Column:
     ).otherwise(F.concat_ws(":", last["file"], last["line"].cast("string")))
 
 
+def _lineage_columns(last: F.Column) -> list[F.Column]:
+    """``_cdc_file``, ``_cdc_line``: the landed record that last wrote the row, to trace it back.
+
+    A record without a line (an Avro container's record, a Parquet row, a raw message file) has
+    its 1-based index in the file instead: its ``file_pos`` counts records from 0. Records of
+    split-read files have their lines filled in before this (``_with_split_lines``).
+    """
+    return [
+        last["file"].alias("_cdc_file"),
+        F.when(last["file"].isNotNull(), F.coalesce(last["line"], last["file_pos"] + 1)).alias("_cdc_line"),
+    ]
+
+
 def _metadata_columns(last: F.Column) -> list[F.Column]:
     return [
         last["op"].alias("_cdc_op"),
         F.timestamp_millis(last["event_ms"]).alias("_cdc_event_ts"),
         _position(last).alias("_cdc_position"),
+        *_lineage_columns(last),
     ]
 
 
 def _version_columns(last: F.Column, with_metadata: bool) -> list[F.Column]:
-    """A history's columns after the table's own (``--with-metadata`` adds the writer's own time)."""
+    """A history's columns after the table's own (``--with-metadata`` adds the writer's own time
+    and its landed record)."""
     columns = [
         F.timestamp_millis(F.col(FROM_MS)).alias(VALID_FROM),
         F.timestamp_millis(F.col(TO_MS)).alias(VALID_TO),
@@ -205,7 +230,7 @@ def _version_columns(last: F.Column, with_metadata: bool) -> list[F.Column]:
         _position(last).alias("_cdc_position"),
     ]
     if with_metadata:
-        columns.append(F.timestamp_millis(last["event_ms"]).alias("_cdc_event_ts"))
+        columns += [F.timestamp_millis(last["event_ms"]).alias("_cdc_event_ts"), *_lineage_columns(last)]
     return columns
 
 
@@ -347,6 +372,8 @@ def _fold_every_as_of(
         log.info("several AS OFs: truncates or column drops; folding each AS OF on its own")
     elif any(g[OUT_OF_ORDER] for g in by_index):
         log.info("several AS OFs: event times run backwards across AS OFs; folding each AS OF on its own")
+    elif any(partial_updates(g) for g in groups):
+        log.info("several AS OFs: updates with unavailable values; folding each AS OF on its own")
     else:
         log.info("several AS OFs: one fold for all %d", len(as_ofs))
         return spans, decoded[0], files, groups
@@ -486,39 +513,33 @@ def _rebuild(
     ``folded``: their resolved fold for this AS OF and its ``group_counts``, kept by the caller;
     ``history``: write each table's versions (``shared`` must be kept) instead of its rows;
     ``prewritten``: tables the caller already wrote for this run (``_write_tables_once``)."""
-    decoder = get_decoder(spec.source_format)
+    partial_images = get_decoder(spec.source_format).partial_images
     decode = _decoding(spark, spec)
-    read = shared or read_input(spark, spec, decode, decoder.partial_images)
+    read = shared or read_input(spark, spec, decode, partial_images)
     if folded is not None:
         result = _Folded(folded[0], folded[0], [])
     else:
-        result = _fold(spark, spec, read, decode, decoder.partial_images)
-    if read.base is not None and decoder.partial_images and (older := unreplayable_partials(result.folded)):
-        why = (
-            f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
-        )
-        result.release()
-        read.events.unpersist()
-        listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
-        read = read_all(
-            spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why
-        )
-        result = _fold(spark, spec, read, decode, decoder.partial_images)
+        read, result = _fold_onto_base(spark, spec, read, decode, partial_images)
     groups = folded[1] if folded is not None else _counted(group_counts, result.resolved)
-    if not read.kept and needs_table_changes(groups):
-        # The single pass assumed no truncate or column drop: they change rows of every key of a
-        # table, so the counting window and each key's state need them before they run. Decode
-        # again, keep the events, and fold with the tables' changes.
+    # A full-image format whose records turned out partial (Debezium updates that left unavailable
+    # values out) is folded again as a format with partial images.
+    turned_partial = folded is None and not partial_images and partial_updates(groups)
+    if turned_partial or (not read.kept and needs_table_changes(groups)):
+        # The single pass assumed full images and no truncate or column drop (which change rows of
+        # every key of a table, so the counting window and each key's state need them before they
+        # run). Decode again, keep the events, and fold with the tables' changes.
+        partial_images = partial_images or turned_partial
         result.release()
-        read = read_all(spark, spec, decode, read.files, read.skipped, None, None)
-        result = _fold(spark, spec, read, decode, decoder.partial_images)
+        if not read.kept:
+            read = read_all(spark, spec, decode, read.files, read.skipped, None, None)
+        read, result = _fold_onto_base(spark, spec, read, decode, partial_images)
         groups = _counted(group_counts, result.resolved)
     if any(g["_tag"] == TAG_QUARANTINED and g["reason"] == Q_NOT_JSON for g in groups):
         if (named := _cut_short_tails(spark, read.files, result.resolved)) is not None:
             result.resolved.unpersist()
             result.resolved = named
             groups = _counted(group_counts, named)
-    versions = _versions(spark, spec, read, result, decoder.partial_images) if history else None
+    versions = _versions(spark, spec, read, result, partial_images) if history else None
     try:
         return _write(spark, spec, target, read, result.resolved, groups, versions, prewritten)
     finally:
@@ -529,15 +550,35 @@ def _rebuild(
             read.events.unpersist()
 
 
+def _fold_onto_base(
+    spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_images: bool
+) -> tuple[Input, _Folded]:
+    """``_fold``, and the input it folded: with a base, everything again (a full rebuild) when a
+    partial image sorts before the base's row of its key, which holds the row, not each column's
+    history."""
+    result = _fold(spark, spec, read, decode, partial_images)
+    if read.base is None or not partial_images or not (older := unreplayable_partials(result.folded)):
+        return read, result
+    why = f"{older} key(s) have a partial image older than the base's row of the key (late or out of order)"
+    result.release()
+    read.events.unpersist()
+    listed = [f for group in (read.files, read.skipped.get(SKIPPED_IN_BASE, [])) for f in group]
+    read = read_all(spark, spec, decode, sorted(listed, key=lambda f: f.path), read.skipped, read.base, why)
+    return read, _fold(spark, spec, read, decode, partial_images)
+
+
 def _versions(
     spark: SparkSession, spec: SnapshotSpec, read: Input, result, partial_images: bool
 ) -> DataFrame:
-    """The run's versions (``history.row_versions``), line numbers filled in, materialised once."""
-    carries = None
-    if partial_images:
-        carries = carried_rows(with_table_changes(result.folded, result.changes))
-    found = row_versions(_select_tables(read.events, spec.tables), spec.as_of_ms, partial_images, carries)
-    shown = _with_split_lines(spark, read.files, found, quarantine=False, last=True)
+    """The run's versions (``history.row_versions``), line numbers filled in, materialised once.
+
+    Partial key changes carry into the versions the rows the fold's ``chain_carries`` rebuilt."""
+    found = row_versions(
+        _select_tables(read.events, spec.tables), spec.as_of_ms, partial_images, result.carries
+    )
+    shown = _with_split_lines(
+        spark, read.files, found, quarantine=False, last=True, every_last=spec.with_metadata
+    )
     return shown if shown is not found else found.localCheckpoint(eager=True)
 
 
@@ -549,6 +590,7 @@ class _Folded:
     folded: DataFrame
     kept: list[DataFrame]
     changes: DataFrame | None = None  # table_changes of kept events
+    carries: DataFrame | None = None  # resolve.chain_carries, when some key changed through a partial image
 
     def release(self) -> None:
         for frame in (self.resolved, *self.kept):
@@ -562,12 +604,15 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
     this the run's only pass over the landing (decode, key, one shuffle, window, aggregation), so
     it is where a damaged compressed file shows up: ``checkpoint_salvaging`` reads it again as
     far as it goes. With a base, only the base rows of keys this run's events touch join the
-    fold; the others (``carried``) pass through unchanged.
+    fold; the others (``carried``) pass through unchanged. Formats with partial images keep the
+    fold; its checkpoint also counts the keys that moved through a partial image, and only when
+    there are some are their carried rows rebuilt (``chain_carries``: a few small jobs).
     """
     size_shuffles(spark, read.files)
     kept: list[DataFrame] = []
     folded_ref: list[DataFrame] = []
     changes_ref: list[DataFrame] = []
+    carries_ref: list[DataFrame | None] = [None]
 
     def build(files: list[LandedFile]) -> DataFrame:
         if not read.kept and (read.events is None or files != read.files):  # first, or a salvaging retry
@@ -586,11 +631,17 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
             kept.append(changes)
             changes_ref[:] = [changes]
         folded = fold(keyed, changes, partial_images)
+        carries = None
         if partial_images:
+            folded, moving = observe_partial_moves(folded)
             folded = folded.localCheckpoint(eager=True)
             kept.append(folded)
+            if moving.get["groups"]:
+                carries = chain_carries(with_table_changes(folded, changes))
+                kept.append(carries)
         folded_ref[:] = [folded]
-        resolved = resolve(folded, changes, carry_moves=partial_images)
+        carries_ref[:] = [carries]
+        resolved = resolve(folded, changes, carries)
         if carried is not None:
             resolved = resolved.unionByName(carried_as_resolved(carried, resolved))
         return resolved
@@ -600,7 +651,7 @@ def _fold(spark: SparkSession, spec: SnapshotSpec, read: Input, decode, partial_
         resolved = build(read.files).localCheckpoint(eager=True)
     else:
         resolved, read.files = checkpoint_salvaging(spark, read.files, build)
-    return _Folded(resolved, folded_ref[0], kept, changes_ref[0] if changes_ref else None)
+    return _Folded(resolved, folded_ref[0], kept, changes_ref[0] if changes_ref else None, carries_ref[0])
 
 
 def _cut_short_tails(spark: SparkSession, files: list[LandedFile], resolved: DataFrame) -> DataFrame | None:
@@ -635,21 +686,28 @@ def _cut_short_tails(spark: SparkSession, files: list[LandedFile], resolved: Dat
 
 
 def _with_split_lines(
-    spark: SparkSession, files: list[LandedFile], resolved: DataFrame, quarantine: bool, last: bool
+    spark: SparkSession,
+    files: list[LandedFile],
+    resolved: DataFrame,
+    quarantine: bool,
+    last: bool,
+    every_last: bool = False,
 ) -> DataFrame:
     """``resolved`` with the line numbers of split-read records filled in where a run shows them.
 
     ``quarantine``: the quarantined records' (``first``); ``last``: each row's last event (for
     ``--with-metadata``, ``_cdc_state`` and a history's versions), where it has no log position
-    to show instead. Costs a text-only read of the split files involved, when any is asked about.
+    to show instead; ``every_last``: every row's, log position or not (``_cdc_line``). Costs a
+    text-only read of the split files involved, when any is asked about.
     """
     if not (quarantine or last) or not any(f.split_read for f in files):
         return resolved
-    fields = [("first", TAG_QUARANTINED)] * quarantine + [("last", TAG_ROW)] * last
+    fields = [("first", TAG_QUARANTINED)] * quarantine + [("last", TAG_ROW)] * (last or every_last)
     wanted = None
     for field, tag in fields:
         ev = F.col(field)
-        shown = F.coalesce(F.size(ev["log_pos"]) <= 0, F.lit(True)) if field == "last" else F.lit(True)
+        unpositioned = field == "last" and not every_last
+        shown = F.coalesce(F.size(ev["log_pos"]) <= 0, F.lit(True)) if unpositioned else F.lit(True)
         asked = resolved.where(
             (F.col("_tag") == tag) & ev.isNotNull() & ev["line"].isNull() & ev["file"].isNotNull() & shown
         ).select(ev["file"].alias("file"), ev["file_pos"].alias("file_pos"))
@@ -705,6 +763,7 @@ def _write(
         resolved,
         quarantine=quarantine_count > 0,
         last=spec.with_metadata or spec.writes_state,
+        every_last=spec.with_metadata,
     )
     try:
         return _write_shown(spark, spec, target, read, shown, groups, quarantine_count, versions, prewritten)
@@ -757,6 +816,13 @@ def _table_typing(
     return tables, schemas, typing_inputs, key_columns
 
 
+def _check_table_names(spec: SnapshotSpec, tables: list[str]) -> None:
+    """Refuse a dotted table name in an option that named tables whose parts differ."""
+    check_unambiguous(spec.tables, tables, "--table")
+    check_unambiguous(spec.decode_options.table_keys, tables, "--key")
+    check_unambiguous(spec.decode_options.table_columns, tables, "--columns")
+
+
 def _write_shown(
     spark,
     spec: SnapshotSpec,
@@ -780,6 +846,8 @@ def _write_shown(
             f"cannot decode {position_text(first['file'], first['line'], first['file_pos'], first['sub_pos'])}: "
             f"{first['reason']} (--on-error fail; rerun with --on-error quarantine to set such records aside)"
         )
+    if spec.max_quarantined is not None:
+        _check_quarantine_limit(spec, target, quarantined, groups, quarantine_count, versions is not None)
 
     version_counts: dict[str, int] = {}
     if versions is not None:
@@ -788,12 +856,14 @@ def _write_shown(
             lambda v: _typed_by_versions(groups, v), versions, E.col("image").isNotNull()
         )
     tables, schemas, typing_inputs, key_columns = _table_typing(read, resolved, groups)
+    _check_table_names(spec, tables)
     table_paths: dict[str, str] = {}
     for table in tables:
         columns = schemas[table].columns
-        table_paths[table] = target.final_uri(table)
+        table_paths[table] = target.table_uri(table)
         written, written_columns = (prewritten or {}).get(table, (None, None))
-        if written is not None and written_columns == tuple(columns.items()) and target.adopt(table, written):
+        adopted = written is not None and written_columns == tuple(columns.items())
+        if adopted and target.adopt(table_folder(table), written):
             continue
         image = F.col("image")
         select = [typed_value(image, col, t).alias(col) for col, t in columns.items()]
@@ -804,22 +874,13 @@ def _write_shown(
             rows = resolved.where((F.col("_tag") == TAG_ROW) & (F.col("table") == table) & F.col("exists"))
             if spec.with_metadata:
                 select += _metadata_columns(F.col("last"))
-        rows.select(*select).write.mode("overwrite").parquet(target.staging_uri(table))
+        rows.select(*select).write.mode("overwrite").parquet(target.table_uri(table, staging=True))
 
     if quarantine_count:
-        quarantined.select(
-            F.col("first.file").alias("file"),
-            F.col("first.line").alias("line"),
-            F.col("first.file_pos").alias("file_pos"),
-            F.col("first.sub_pos").alias("row"),
-            F.col("table"),
-            F.col("first.reason").alias("reason"),
-            F.col("first.raw").alias("record"),
-        ).orderBy("file", "file_pos", "row").coalesce(1).write.mode("overwrite").json(
-            target.staging_uri(QUARANTINE_DIR)
-        )
+        _write_quarantine(quarantined, target)
 
-    metrics = build_metrics(spec, target, groups, table_paths, read, quarantine_count)
+    unavailable = unavailable_values(resolved, groups)
+    metrics = build_metrics(spec, target, groups, table_paths, read, quarantine_count, unavailable)
     if versions is not None:
         metrics = with_versions(metrics, version_counts)
     if spec.writes_state:
@@ -828,6 +889,59 @@ def _write_shown(
     target.commit()
     log.info("snapshot of %d table(s) as of %s written to %s", len(tables), metrics["as_of"], target.uri)
     return metrics
+
+
+def _write_quarantine(quarantined: DataFrame, target: OutputTarget) -> None:
+    """``_quarantine/`` in the staging folder: one JSON line per record, in landing order."""
+    quarantined.select(
+        F.col("first.file").alias("file"),
+        F.col("first.line").alias("line"),
+        F.col("first.file_pos").alias("file_pos"),
+        F.col("first.sub_pos").alias("row"),
+        F.col("table"),
+        F.col("first.reason").alias("reason"),
+        F.col("first.raw").alias("record"),
+    ).orderBy("file", "file_pos", "row").coalesce(1).write.mode("overwrite").json(
+        target.staging_uri(QUARANTINE_DIR)
+    )
+
+
+def _check_quarantine_limit(
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    quarantined: DataFrame,
+    groups: list,
+    quarantine_count: int,
+    history: bool,
+) -> None:
+    """Fail a run past ``--max-quarantined`` before it writes anything into its output.
+
+    The output is left as it was (nothing is swapped in) and the staging folder is deleted, so
+    the quarantine is first moved to the rejected folder beside the output, where the error
+    says it is: the records are what the user needs to see why.
+    """
+    limit = spec.max_quarantined
+    read = sum(int(g["n"] or 0) for g in groups)
+    if not limit.exceeded(quarantine_count, read):
+        return
+    reasons: dict[str, int] = {}
+    for g in groups:
+        if g["_tag"] == TAG_QUARANTINED:
+            reasons[g["reason"]] = reasons.get(g["reason"], 0) + int(g["n"] or 0)
+    _write_quarantine(quarantined, target)
+    kept_at = target.keep_rejected(QUARANTINE_DIR)
+    what = f"the {'history until' if history else 'snapshot as of'} {format_as_of(spec.as_of_ms)}"
+    raise QuarantineLimitError(limit.failure(quarantine_count, read, reasons, what, kept_at, target.uri))
+
+
+def _lines_complete(spec: SnapshotSpec, read: Input) -> bool:
+    """Whether every row of the state carries its last event's line: filled for all of them with
+    ``--with-metadata``; otherwise exact only where no file was read in splits, in this run and
+    in its base."""
+    if spec.with_metadata:
+        return True
+    unsplit = not any(f.split_read for f in read.files)
+    return unsplit and (read.base is None or read.base.lines_complete)
 
 
 def _write_state(
@@ -864,5 +978,6 @@ def _write_state(
         tables=tables,
         files=files,
         decode=decode_json(spec),
+        lines_complete=_lines_complete(spec, read),
     )
     target.write_text(f"{STATE_DIR}/{STATE_FILE}", state.to_json())

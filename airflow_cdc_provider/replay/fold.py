@@ -39,6 +39,7 @@ from airflow_cdc_provider.formats.events import (
     OP_UPDATE,
     Q_MISSING_KEY,
     empty_image,
+    table_matches,
 )
 from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.transactions import APPLY_MS, TX_FIRST
@@ -74,7 +75,7 @@ class KeyConfig:
         """``value(cols)`` for the key columns configured for ``table`` (``value(())`` for none)."""
         out = value(self.default)
         for name, cols in self.per_table:
-            out = E.when((table == name) | table.endswith("." + name), value(cols)).otherwise(out)
+            out = E.when(table_matches(table, (name,)), value(cols)).otherwise(out)
         return out
 
     def names(self, table: Expr) -> Expr:
@@ -185,7 +186,9 @@ def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
     The keys (``_key_cols``, ``_new_key``, and ``_old_key`` where a before image could move the row)
     are computed once, here, so that neither the held events nor the fold walk the images again.
     The before image is kept only for DDL events (the columns they drop) and the record's text only
-    for what the fold will quarantine; a content hash stands in for it in duplicate detection.
+    for what the fold will quarantine, or may (a key change with a partial image, whose row under
+    the old key ``resolve.chain_carries`` might fail to rebuild); a content hash stands in for it in
+    duplicate detection.
     """
     old_key = _key_values(E.col("before"), E.coalesce(E.col("after"), empty_image()), E.col("key_cols"), keys)
     keyed = events.select(
@@ -197,9 +200,12 @@ def with_keys(events: DataFrame, keys: KeyConfig) -> DataFrame:
             content_hash().alias("_content_hash"),
         ),
     )
+    moves_partially = E.coalesce(E.col("partial") & (E.col("_old_key") != E.col("_new_key")), E.lit(False))
     return keyed.withColumns(
         {
-            "raw": E.when((E.col("kind") == KIND_QUARANTINED) | _lacks_key(), E.col("raw")).column(),
+            "raw": E.when(
+                (E.col("kind") == KIND_QUARANTINED) | _lacks_key() | moves_partially, E.col("raw")
+            ).column(),
             "before": E.when(_is_ddl(), E.col("before")).column(),
         }
     )
@@ -457,11 +463,22 @@ def _count_flags(
             flag(dup).alias("_c_duplicates"),
             flag(deleting & ~existed).alias("_c_deletes_unknown"),
             flag(count & (op == _OP_CODE[OP_UPDATE]) & ~existed).alias("_c_updates_unknown"),
+            flag(count & E.coalesce(E.col("partial"), E.lit(False))).alias("_c_partial_updates"),
         ),
     ).drop(*helpers)
 
 
-COUNTS = ("inserts", "updates", "deletes", "duplicates", "deletes_unknown", "updates_unknown")
+# ``partial_updates``: partial images of a format whose images are full unless a record says
+# otherwise (a Debezium update that left unavailable values out); the run then folds them as such.
+COUNTS = (
+    "inserts",
+    "updates",
+    "deletes",
+    "duplicates",
+    "deletes_unknown",
+    "updates_unknown",
+    "partial_updates",
+)
 
 
 def fold(keyed: DataFrame, changes: DataFrame | None, partial_images: bool = False) -> DataFrame:
@@ -491,7 +508,7 @@ class _Terms:
     ord: Expr  # position order
     partial_update: Expr  # an applied update carrying only some columns
     reset: Expr  # an applied insert, read, full-image update or delete
-    resetting: Expr  # what a reset leaves: struct(ord, op, after)
+    resetting: Expr  # what a reset leaves: struct(ord, op, after, unavailable)
     moved_away: Expr  # the old-key half of an applied key change
     typed: Expr  # the type signature of an applied row change or DDL event, else null
     ddl: Expr  # an applied DDL event's ``ddl_change``, else null
@@ -516,7 +533,7 @@ def _terms(keyed: DataFrame) -> _Terms:
         # The old-key half of a key change is kept apart (``moves_out``), not as a reset, so that the
         # row's state just before it can still be rebuilt and carried to the new key.
         reset=applied & ~partial_update & (E.col("op") != OP_TRUNCATE) & not_moved,
-        resetting=E.struct(ord_.alias("ord"), E.col("op"), E.col("after")),
+        resetting=E.struct(ord_.alias("ord"), E.col("op"), E.col("after"), E.col("unavailable")),
         moved_away=applied & E.col("_moved_away"),
         typed=E.when((applied | ddl) & E.col("types").isNotNull(), type_signature(E.col("types"))),
         ddl=E.when(ddl & (E.col("types").isNotNull() | E.col("before").isNotNull()), ddl_change(ord_)),
@@ -550,16 +567,22 @@ def _fold_aggregates(
     # older than the base's row must stay visible to ``unreplayable_partials``).
     pruned = partial_images and "_base" not in keyed.columns
     flagged = _count_flags(hashed, changes, _key_list_bounds(t) if pruned else None)
+    # A partial move also names its record: ``resolve`` quarantines it if its row cannot be rebuilt.
+    partially = E.col("_moved_partially")
     move = E.struct(
-        ord_.alias("ord"), E.col("_new_key").alias("to"), E.col("_moved_partially").alias("partial")
+        ord_.alias("ord"),
+        E.col("_new_key").alias("to"),
+        partially.alias("partial"),
+        E.when(partially, E.col("line")).alias("line"),
+        E.when(partially, E.col("raw")).alias("raw"),
     )
     if partial_images:
         kept_reset, kept_partial = _kept_in_lists(t) if pruned else (t.reset, t.partial_update)
         lists = [
             E.collect_list(E.when(kept_reset, t.resetting)).alias("resets"),
-            E.collect_list(E.when(kept_partial, E.struct(ord_.alias("ord"), E.col("after")))).alias(
-                "partials"
-            ),
+            E.collect_list(
+                E.when(kept_partial, E.struct(ord_.alias("ord"), E.col("after"), E.col("unavailable")))
+            ).alias("partials"),
             E.collect_list(E.when(t.moved_away, move)).alias("moves_out"),
         ]
     else:
@@ -609,7 +632,13 @@ def _kept_in_lists(t: _Terms) -> tuple[Expr, Expr]:
 def _full_image_lists(folded: DataFrame) -> DataFrame:
     """Full images: the list shapes ``resolve`` reads, made from the fixed-size buffers."""
     ord_type = folded.schema["reset"].dataType["ord"].dataType
-    partial_type = StructType([StructField("ord", ord_type), StructField("after", IMAGE_TYPE)])
+    partial_type = StructType(
+        [
+            StructField("ord", ord_type),
+            StructField("after", IMAGE_TYPE),
+            StructField("unavailable", ArrayType(StringType())),
+        ]
+    )
     move_type = StructType(
         [
             StructField("ord", ord_type),

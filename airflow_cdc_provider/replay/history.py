@@ -54,7 +54,8 @@ def row_versions(
     """``table, _key, FROM_MS, TO_MS, image, _tag, last`` for every version up to ``until_ms``.
 
     ``events`` are the run's decoded events (``with_keys``, tables selected); ``carries`` the rows
-    partial key changes carry to their new key (``resolve.carried_rows``), or None.
+    partial key changes carry to their new key (``resolve.chain_carries``), or None. A version that
+    starts from a carry left unsettled there is not written: the snapshot quarantines its change.
     """
     keyed = keyed_events(events, until_ms)
     at = E.col(APPLY_MS) if APPLY_MS in keyed.columns else E.coalesce(E.col("event_ms"), E.lit(0))
@@ -63,7 +64,7 @@ def row_versions(
     if carries is not None:
         applied = _with_carried(applied, carries)
     else:
-        applied = applied.withColumn("_carried", F.lit(None).cast(IMAGE_TYPE))
+        applied = applied.withColumns({"_carried": F.lit(None).cast(IMAGE_TYPE), "_pending": F.lit(False)})
     changes = applied.select(*_event_columns(partial_images))
     truncates = keyed.where(
         ((E.col("_tag") == TAG_TRUNCATE) & E.col("_applied") & (E.col("kind") == KIND_CHANGE)).column()
@@ -89,7 +90,9 @@ def _with_carried(applied: DataFrame, carries: DataFrame) -> DataFrame:
     )
     return (
         applied.join(F.broadcast(carried), on, "left")
-        .withColumn("_carried", F.col("_c.image"))
+        .withColumns(
+            {"_carried": F.col("_c.image"), "_pending": F.coalesce(~F.col("_c.settled"), F.lit(False))}
+        )
         .drop("_c_table", "_c_key", "_c")
     )
 
@@ -110,6 +113,7 @@ def _event_columns(partial_images: bool, row_change: bool = True) -> list:
         columns.insert(1, E.col("_key"))
     if partial_images:
         columns.append((E.col("_carried") if row_change else E.null(IMAGE_TYPE)).alias("_carried"))
+        columns.append((E.col("_pending") if row_change else E.lit(False)).alias("_pending"))
     return E.columns(columns)
 
 
@@ -130,7 +134,9 @@ def _states(changes: DataFrame, partial_images: bool) -> DataFrame:
         E.call("lead", _AT).over(key).alias("_next"),
     ]
     if partial_images:
-        partial = E.struct(E.col("ord"), E.col("after"), E.col("_carried").alias("base"))
+        partial = E.struct(
+            E.col("ord"), E.col("after"), E.col("_carried").alias("base"), E.col("_pending").alias("pending")
+        )
         columns.append(running(E.collect_list(E.when(E.col("_partial"), partial))).alias("_partials"))
     at_times = changes.select("table", "_key", _AT, *E.columns(columns))
     # Rows sharing a time share the frame: the last of them stands for the time.
@@ -167,4 +173,6 @@ def _state(partial_images: bool, ord_type: DataType) -> tuple[Expr, Expr]:
     no_drops = E.array().cast(
         ArrayType(StructType([StructField("ord", ord_type), StructField("cols", ArrayType(StringType()))]))
     )
-    return base_exists | (E.size(later) > 0), merged_image(base_image, base["ord"], later, no_drops)
+    rebuilt = ~E.exists(later, lambda p: p["pending"])
+    exists = (base_exists | (E.size(later) > 0)) & rebuilt
+    return exists, merged_image(base_image, base["ord"], later, no_drops)

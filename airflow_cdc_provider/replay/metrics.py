@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
+from airflow_cdc_provider.contract.tables import TableNameError, split_qualified
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import (
@@ -73,6 +74,7 @@ def _group_aggregates() -> list[Expr]:
         ),
         E.first(E.when(E.col("_tag") == TAG_ROW, E.col("key_names")), True).alias("key_names"),
         E.sum(E.size(E.filter("ddl_changes", lambda d: E.size(d["cols"]) > 0))).alias("drops"),
+        E.sum(E.when(final_row() & E.col("unknown").isNotNull(), E.size("unknown"))).alias("unknown_values"),
     ]
 
 
@@ -109,7 +111,10 @@ def span_group_counts(spans: DataFrame, span_from: str, span_to: str, index: str
         exploded.groupBy(index, "table", "_tag", "reason")
         .agg(
             *E.columns(
-                *[E.sum(name).alias(name) for name in ("n", "after_as_of", "unpositioned", "rows", *COUNTS)],
+                *[
+                    E.sum(name).alias(name)
+                    for name in ("n", "after_as_of", "unpositioned", "rows", *COUNTS, "unknown_values")
+                ],
                 E.max("last_event_ms").alias("last_event_ms"),
                 E.array_distinct(E.flatten(E.collect_list("type_sigs"))).alias("type_sigs"),
                 E.first("key_names", True).alias("key_names"),
@@ -131,13 +136,56 @@ def needs_table_changes(groups: list) -> bool:
     return applied_truncates or any((g["drops"] or 0) > 0 for g in groups)
 
 
+def partial_updates(groups: list) -> bool:
+    """Whether the fold applied partial images (for Debezium: updates with unavailable values)."""
+    return any((g["partial_updates"] or 0) > 0 for g in groups if g["_tag"] == TAG_ROW)
+
+
+def unavailable_values(resolved: DataFrame, groups: list) -> dict[str, dict[str, int]]:
+    """``{table: {column: count}}``: the snapshot's values that are null because their column held
+    an unavailable-value placeholder with no earlier version (``resolve.unknown_columns``).
+
+    One small query, run only when ``groups`` count such values.
+    """
+    if not any((g["unknown_values"] or 0) > 0 for g in groups):
+        return {}
+    found = (
+        resolved.where((final_row() & E.col("unknown").isNotNull()).column())
+        .select("table", F.explode("unknown").alias("column"))
+        .groupBy("table", "column")
+        .count()
+        .collect()
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for r in sorted(found, key=lambda r: (r["table"], r["column"])):
+        counts.setdefault(r["table"], {})[r["column"]] = r["count"]
+    return counts
+
+
+def table_parts(name: str) -> tuple[str, ...]:
+    """The parts of a table's qualified name; a name a user gave that does not parse is one part."""
+    try:
+        return split_qualified(name)
+    except TableNameError:
+        return (name,)
+
+
 def build_metrics(
-    spec: SnapshotSpec, target: OutputTarget, groups, table_paths, read: Input, quarantine_count: int
+    spec: SnapshotSpec,
+    target: OutputTarget,
+    groups,
+    table_paths,
+    read: Input,
+    quarantine_count: int,
+    unavailable: dict[str, dict[str, int]] | None = None,
 ) -> dict:
+    """The metrics object; ``unavailable`` is ``unavailable_values`` of the run's rows."""
+
     def zero_table() -> dict:
         return {
             "rows": 0,
             "path": None,
+            "parts": [],
             "inserts": 0,
             "updates": 0,
             "deletes": 0,
@@ -145,6 +193,7 @@ def build_metrics(
             "updates_of_unknown_key": 0,
             "deletes_of_unknown_key": 0,
             "truncates": 0,
+            "unavailable_values": {},
             "events": {
                 "read": 0,
                 "applied": 0,
@@ -199,6 +248,8 @@ def build_metrics(
                 t["events"][k] += v
     for name, t in tables.items():
         t["path"] = table_paths[name]
+        t["parts"] = list(table_parts(name))
+        t["unavailable_values"] = dict((unavailable or {}).get(name, {}))
         earlier = read.base.tables.get(name, {}).get("last_event_ms") if read.base is not None else None
         if earlier is not None:
             t["last_event_ms"] = max(t["last_event_ms"] or earlier, earlier)
@@ -229,6 +280,10 @@ def build_metrics(
         "mode": "incremental" if read.base is not None else "full",
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if spec.max_quarantined is not None:
+        # Only with --max-quarantined: the limit, and how many records it allowed this run.
+        metrics["quarantine"]["limit"] = spec.max_quarantined.text
+        metrics["quarantine"]["allowed"] = spec.max_quarantined.allowed(totals["read"])
     if spec.whole_transactions:
         # Row changes on time for AS OF whose transaction is not; they count in events.after_as_of.
         metrics["transactions"] = {

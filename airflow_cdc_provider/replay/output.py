@@ -5,6 +5,8 @@ OUTPUT, then swaps folders with two renames on the output's own file system. Kil
 before the swap, it leaves OUTPUT untouched; killed between the two renames (a window of one file
 system call), it leaves the previous snapshot under a hidden ``.NAME.cdc-old-*`` name, which the
 next run puts back before anything else. Leftover staging folders are deleted by the next run.
+A run that its own checks reject (``--max-quarantined``) is not swapped in either; its quarantine
+is kept beside OUTPUT in ``.NAME.cdc-rejected/`` until the next run of OUTPUT commits or is rejected.
 
 Nothing the job did not write is ever deleted: an existing OUTPUT is replaced only when it holds a
 ``_cdc_metrics.json`` and nothing but what that earlier run wrote (its tables, quarantine and
@@ -25,7 +27,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from airflow_cdc_provider.contract.metrics import METRICS_FILE, QUARANTINE_DIR
+from airflow_cdc_provider.contract.metrics import METRICS_FILE, QUARANTINE_DIR, STATE_DIR, STATE_FILE
+from airflow_cdc_provider.contract.tables import table_folder
 from airflow_cdc_provider.replay.output_lock import (
     LOCK_MARK,
     OutputBusyError,
@@ -34,6 +37,7 @@ from airflow_cdc_provider.replay.output_lock import (
 
 _STAGING_MARK = ".cdc-staging-"
 _OLD_MARK = ".cdc-old-"
+_REJECTED_MARK = ".cdc-rejected"
 
 
 class OutputError(ValueError):
@@ -60,6 +64,7 @@ class OutputTarget:
         self.run_id = uuid.uuid4().hex[:12]
         self.staging = self._Path(self.parent, f".{self.name}{_STAGING_MARK}{self.run_id}")
         self.old = self._Path(self.parent, f".{self.name}{_OLD_MARK}{self.run_id}")
+        self.rejected = self._Path(self.parent, f".{self.name}{_REJECTED_MARK}")
         self.lock = OutputLock(self.fs, self._Path(self.parent, f".{self.name}{LOCK_MARK}"), self.run_id)
 
     @property
@@ -67,10 +72,15 @@ class OutputTarget:
         return self.path.toString()
 
     def staging_uri(self, *parts: str) -> str:
-        return "/".join([self.staging.toString(), *parts])
+        return "/".join([self.staging.toString(), *_checked(parts)])
 
     def final_uri(self, *parts: str) -> str:
-        return "/".join([self.uri, *parts])
+        return "/".join([self.uri, *_checked(parts)])
+
+    def table_uri(self, table: str, staging: bool = False) -> str:
+        """Where ``table``'s snapshot is written (``staging``) and where readers find it."""
+        folder = table_folder(table)
+        return self.staging_uri(folder) if staging else self.final_uri(folder)
 
     @contextmanager
     def exclusive(self) -> Iterator[OutputTarget]:
@@ -163,7 +173,16 @@ class OutputTarget:
             stream.close()
         tables = previous.get("tables") if isinstance(previous, dict) else None
         # Hadoop's local file system writes a hidden .NAME.crc checksum beside each file it creates.
-        return {METRICS_FILE, f".{METRICS_FILE}.crc", QUARANTINE_DIR, *(tables or {})}
+        written = {METRICS_FILE, f".{METRICS_FILE}.crc", QUARANTINE_DIR, *map(table_folder, tables or {})}
+        if self._holds_state():
+            written.add(STATE_DIR)
+        return written
+
+    def _holds_state(self) -> bool:
+        """Whether the output holds the ``_cdc_state/`` a ``--keep-state`` run writes (and nothing
+        else under that name: a folder with its ``state.json``)."""
+        state = self._Path(self.path, STATE_DIR)
+        return self.fs.exists(self._Path(state, STATE_FILE)) and self.fs.getFileStatus(state).isDirectory()
 
     def clean_leftovers(self) -> None:
         """Remove staging/old folders of earlier runs that were killed before they finished (this
@@ -185,7 +204,7 @@ class OutputTarget:
 
     def write_text(self, relative: str, text: str) -> None:
         """A small file inside the staging folder (committed with everything else)."""
-        out = self.fs.create(self._Path(self.staging_uri(relative)), True)
+        out = self.fs.create(self._Path(self.staging_uri(*relative.split("/"))), True)
         try:
             out.write(bytearray(text.encode("utf-8")))
         finally:
@@ -200,8 +219,9 @@ class OutputTarget:
         if not self.fs.exists(source):
             return False
         self.fs.mkdirs(self.staging)
-        if not self.fs.rename(source, self._Path(self.staging_uri(relative))):
-            raise OutputError(f"could not move {written} into {self.staging_uri(relative)}")
+        into = self.staging_uri(*relative.split("/"))
+        if not self.fs.rename(source, self._Path(into)):
+            raise OutputError(f"could not move {written} into {into}")
         return True
 
     def scratch_uri(self) -> str:
@@ -230,7 +250,38 @@ class OutputTarget:
             raise OutputError(f"could not move the new snapshot into {self.uri}")
         if self.fs.exists(self.old):
             self.fs.delete(self.old, True)
+        self._drop_rejected()
+
+    def keep_rejected(self, relative: str) -> str:
+        """Move ``relative`` from the staging folder to the rejected folder beside the output; its URI.
+
+        A run its own checks reject leaves the output as it was, and ``abort`` deletes its staging
+        folder; what the user needs to see why (its quarantine) is kept here instead, replacing what
+        an earlier rejected run kept. Hidden, like the staging folder, so that readers of the
+        output's parent (a partitioned table of snapshots) never take it for data.
+        """
+        self._drop_rejected()
+        self.fs.mkdirs(self.rejected)
+        kept = self._Path(self.rejected, relative)
+        if not self.fs.rename(self._Path(self.staging_uri(relative)), kept):
+            raise OutputError(f"could not move {self.staging_uri(relative)} to {kept.toString()}")
+        return kept.toString()
+
+    def _drop_rejected(self) -> None:
+        """Delete what an earlier rejected run kept: a committed or rejected run supersedes it."""
+        if self.fs.exists(self.rejected):
+            self.fs.delete(self.rejected, True)
 
     def abort(self) -> None:
         if self.fs.exists(self.staging):
             self.fs.delete(self.staging, True)
+
+
+def _checked(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """Path components below the output: each one a single name that stays inside its folder."""
+    for part in parts:
+        if part in ("", ".", "..") or "/" in part or "\\" in part:
+            raise OutputError(
+                f"refusing to write {part!r}: not a single folder or file name inside the output"
+            )
+    return parts

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.as_of import format_as_of
+from airflow_cdc_provider.contract.unavailable import placeholders
 from airflow_cdc_provider.formats.events import (
     CANONICAL_EVENT_SCHEMA,
     KIND_CHANGE,
@@ -69,13 +70,23 @@ def _base_mismatch(spec: SnapshotSpec, state: BaseState) -> str | None:
         return "--key differs from the base's"
     if state.tables_filter != sorted(spec.tables):
         return "--table differs from the base's"
+    if state.decode.get(_UNAVAILABLE) != decode_json(spec).get(_UNAVAILABLE):
+        return "--unavailable-value differs from the base's"
     if state.decode != decode_json(spec):
         return "--columns or --timestamp-column differs from the base's"
+    if spec.with_metadata and not state.lines_complete:
+        return (
+            "--with-metadata shows each row's line (_cdc_line), and the base's state lacks the lines of "
+            "records in files read in splits (written without --with-metadata, or by an earlier version)"
+        )
     return None
 
 
 def keys_json(keys: KeyConfig) -> list:
     return [list(keys.default), sorted([name, list(cols)] for name, cols in keys.per_table)]
+
+
+_UNAVAILABLE = "unavailable_values"
 
 
 def decode_json(spec: SnapshotSpec) -> dict:
@@ -86,6 +97,8 @@ def decode_json(spec: SnapshotSpec) -> dict:
         settings["columns"] = {table: list(cols) for table, cols in sorted(options.table_columns.items())}
     if options.timestamp_column:
         settings["timestamp_column"] = options.timestamp_column
+    if options.unavailable_values != placeholders(()):  # recorded when not Debezium's default
+        settings[_UNAVAILABLE] = [value.hex() for value in options.unavailable_values]
     return settings
 
 

@@ -3,18 +3,31 @@
 Runs on the aggregated rows (one per key). Most keys take the latest reset as it is; only keys
 with partial images, moves to another key, truncates or column drops are merged in position order
 by the higher-order functions here, over that key's own few entries.
+
+A key change whose image is partial carries the row as it stood under the old key just before
+the change. That row may itself start from what an earlier such change carried into the old key
+(a chain: A to B, then B to C), so ``chain_carries`` rebuilds the carries in rounds over the few
+keys such changes touch, until none waits on another; a change it cannot rebuild within
+``CHAIN_ROUNDS`` rounds is quarantined rather than written with the columns it did not name lost.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType
+from pyspark.sql.types import ArrayType, StructType
 
 from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
 from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.replay.fold import TAG_ROW
+from airflow_cdc_provider.replay.fold import TAG_QUARANTINED, TAG_ROW
+
+# Rounds ``chain_carries`` takes at most: a chain of more partial key changes than this (with no
+# full image between them) is not rebuilt; its changes are quarantined with ``Q_UNREBUILT``.
+CHAIN_ROUNDS = 64
+Q_UNREBUILT = "key change whose row under the old key could not be rebuilt"
 
 
 def by_ord(left: Expr, right: Expr) -> Expr:
@@ -72,14 +85,25 @@ def merged_image(base_image: Expr, base_ord: Expr, later: Expr, drops: Expr) -> 
     ).otherwise(plain)
 
 
+@dataclass(frozen=True)
+class _State:
+    """A row group's state at some position, as ``_state_before`` rebuilds it."""
+
+    exists: Expr
+    image: Expr
+    known: Expr  # false: the fold kept too little of the group's history to tell
+    rebuilt: Expr  # false: it starts from a carried row that is not rebuilt (``chain_carries``)
+
+
 def _state_before(
     limit: Expr | None, carries: Expr | None = None, keep_resets: bool = False, folded_reset_type=None
-) -> tuple[Expr, Expr, Expr]:
-    """``(exists, image, known)`` of a row group just before position ``limit`` (at the end if None).
+) -> _State:
+    """The state of a row group just before position ``limit`` (at the end if None).
 
     The base is the latest of the last reset, truncate and move to another key before ``limit``;
-    partial images after it are merged on top. Unless the fold kept every reset (``keep_resets``), it
-    kept only a key's latest one, so the state before a position earlier than it is not ``known``.
+    partial images after it are merged on top, each from the row its key change carried
+    (``carries``), if any. Unless the fold kept every reset (``keep_resets``), it kept only a
+    key's latest one, so the state before a position earlier than it is not ``known``.
     """
 
     def before(o: Expr) -> Expr:
@@ -101,51 +125,134 @@ def _state_before(
     partials = E.filter(
         E.col("partials"), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"])
     )
+
+    def carried(p: Expr) -> tuple[Expr, Expr]:
+        """The row ``p``'s key change carried (null: none), and whether it is not rebuilt yet."""
+        if carries is None:
+            return E.null(IMAGE_TYPE), E.lit(False)
+        found = E.try_element_at(E.filter(carries, lambda c: c["ord"] == p["ord"]), 1)
+        return found["image"], E.coalesce(~found["settled"], E.lit(False))
+
     with_base = E.transform(
         partials,
         lambda p: E.struct(
             p["ord"].alias("ord"),
             p["after"].alias("after"),
-            (
-                E.try_element_at(E.filter(carries, lambda c: c["ord"] == p["ord"]), 1)["image"]
-                if carries is not None
-                else E.null(IMAGE_TYPE)
-            ).alias("base"),
+            carried(p)[0].alias("base"),
+            carried(p)[1].alias("pending"),
         ),
     )
     later = E.array_sort(with_base, by_ord)
     image = merged_image(base_image, base_ord, later, E.col("drops"))
     known = ~(reset.isNotNull() & ~reset_in)
-    return base_exists | (E.size(later) > 0), image, known
+    rebuilt = ~E.exists(later, lambda p: p["pending"])
+    return _State(base_exists | (E.size(later) > 0), image, known, rebuilt)
 
 
-def carried_rows(rows: DataFrame) -> DataFrame:
-    """``table, _key, carries``: rows that moved to a new key through a partial update.
-
-    Such an update names only the columns it changes, so the row under its new key starts from
-    the row as it stood under the old key just before the move. Needs a fold with ``keep_resets``.
-    """
-    sources = rows.where(
-        ((E.col("_tag") == TAG_ROW) & E.exists("moves_out", lambda m: m["partial"])).column()
+def moves_partially() -> Expr:
+    """A row group that moves to another key through a partial image: it carries its row there."""
+    return (E.col("_tag") == TAG_ROW) & E.coalesce(
+        E.exists("moves_out", lambda m: m["partial"]), E.lit(False)
     )
-    moves = sources.select(
+
+
+def observe_partial_moves(folded: DataFrame) -> tuple[DataFrame, Observation]:
+    """``folded`` counting its row groups that move partially (``groups``) in the action that first
+    computes it: whether ``chain_carries`` is needed is then known without a Spark job of its own."""
+    seen = Observation()
+    counted = folded.observe(seen, E.count(E.when(moves_partially(), E.lit(1))).alias("groups").column())
+    return counted, seen
+
+
+def _partial_moves(sources: DataFrame) -> DataFrame:
+    """``sources`` with one row per partial move (``_move``)."""
+    return sources.select(
         "*", F.explode(E.filter("moves_out", lambda m: m["partial"]).column()).alias("_move")
     )
-    exists, image, known = _state_before(
-        E.col("_move.ord"), keep_resets=True, folded_reset_type=rows.schema["reset"].dataType
+
+
+def _carry(image: Expr, settled: Expr) -> Expr:
+    """One carried row: the move's position and record, the row it carries, whether that is rebuilt."""
+    move = E.col("_move")
+    return E.struct(
+        move["ord"].alias("ord"),
+        image.alias("image"),
+        settled.alias("settled"),
+        move["line"].alias("line"),
+        move["raw"].alias("raw"),
     )
-    return (
-        moves.where((known & exists).column())
-        .select(
-            "table",
-            *E.columns(
-                E.col("_move.to").alias("_key"),
-                E.struct(E.col("_move.ord").alias("ord"), image.alias("image")).alias("c"),
-            ),
-        )
-        .groupBy("table", "_key")
-        .agg(F.collect_list("c").alias("carries"))
+
+
+def _carries_of(sources: DataFrame, reset_type) -> DataFrame:
+    """``table, _key, c``: one row per partial key change of ``sources``, ``c`` the row it carries to
+    its new key ``_key``.
+
+    Such an update names only the columns it changes, so the row under its new key starts from
+    the row as it stood under the old key just before the move. That row starts in turn from the
+    carries into the old key (``carries``, null for none); a carry is ``settled`` when none it
+    starts from is pending. Needs a fold with ``keep_resets`` (``reset_type``: its ``reset``'s).
+    """
+    moves = _partial_moves(sources)
+    state = _state_before(
+        E.col("_move.ord"), E.col("carries"), keep_resets=True, folded_reset_type=reset_type
     )
+    return moves.where((state.known & state.exists).column()).select(
+        "table", *E.columns(E.col("_move.to").alias("_key"), _carry(state.image, state.rebuilt).alias("c"))
+    )
+
+
+def _pending_carries(sources: DataFrame) -> DataFrame:
+    """Every partial key change of ``sources`` as a carry not yet rebuilt: the first round's input."""
+    return _partial_moves(sources).select(
+        "table",
+        *E.columns(E.col("_move.to").alias("_key"), _carry(E.null(IMAGE_TYPE), E.lit(False)).alias("c")),
+    )
+
+
+# What ``_carries_of`` reads of a row group moving partially, beside the carries into it.
+_SOURCE_LISTS = ("resets", "partials", "moves_out", "truncs", "drops")
+
+
+def _regrouped(sources: DataFrame, carried: DataFrame) -> DataFrame:
+    """One row per key: the lists of ``sources`` (null for a key that only receives) and the carries
+    into it (``carried``, ``_carries_of``): one aggregation, the round's only shuffle."""
+    rows = sources.unionByName(carried, allowMissingColumns=True)
+    return rows.groupBy("table", "_key").agg(
+        *[F.first(name, ignorenulls=True).alias(name) for name in _SOURCE_LISTS],
+        F.collect_list("c").alias("carries"),
+    )
+
+
+def chain_carries(rows: DataFrame, rounds: int | None = None) -> DataFrame:
+    """``table, _key, carries``: the rows every partial key change in ``rows`` (``with_table_changes``
+    of a fold with ``keep_resets``) carries to its new key, chains followed; materialised.
+
+    Each round rebuilds every carry from the previous round's carries into its old key, so round
+    n settles each change with fewer than n partial key changes before it along its chain (a full
+    image or a delete ends a chain). It stops when none is pending, or after ``rounds`` (default
+    ``CHAIN_ROUNDS``); what is still pending then stays unsettled and ``resolve`` quarantines it.
+    Only the groups that move partially take part, so a round is a small job (one shuffle)
+    however large the landing, and a landing without chains takes one round.
+    """
+    limit = max(1, CHAIN_ROUNDS if rounds is None else rounds)
+    reset_type = rows.schema["reset"].dataType
+    sources = (
+        rows.where(moves_partially().column())
+        .select("table", "_key", *_SOURCE_LISTS)
+        .coalesce(1)
+        .localCheckpoint(eager=False)
+    )
+    state = _regrouped(sources, _pending_carries(sources))
+    unsettled = E.sum(E.size(E.filter("carries", lambda c: ~c["settled"]))).alias("n")
+    for _ in range(limit):
+        pending = Observation()
+        rebuilt = _regrouped(sources, _carries_of(state, reset_type)).observe(pending, unsettled.column())
+        previous, state = state, rebuilt.localCheckpoint(eager=True)
+        previous.unpersist()
+        if not pending.get["n"]:
+            break
+    sources.unpersist()
+    return state.select("table", "_key", "carries")
 
 
 def with_table_changes(folded: DataFrame, changes: DataFrame | None) -> DataFrame:
@@ -166,19 +273,23 @@ def with_table_changes(folded: DataFrame, changes: DataFrame | None) -> DataFram
 _MERGED_FROM = ("reset", "resets", "partials", "moves_out", "truncs", "drops", "carries")
 
 
-def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = False) -> DataFrame:
+def resolve(folded: DataFrame, changes: DataFrame | None, carries: DataFrame | None = None) -> DataFrame:
     """Per row group: ``exists`` and the final ``image`` (other tags pass through).
 
     ``changes`` is ``table_changes`` of the fold's events, or None when no truncate or column drop
-    was applied. ``carry_moves``: the format has partial images, so key changes may need the old
-    key's row (``folded`` is then read twice: pass a persisted one).
+    was applied. ``carries``: ``chain_carries`` of the fold, when some key changed through a
+    partial image; a row that starts from a carry it could not rebuild is not written, and the
+    key changes whose carry that is are quarantined instead of applied (``unrebuilt_changes``).
     """
     rows = with_table_changes(folded, changes)
-    if carry_moves:
-        rows = rows.join(carried_rows(rows), on=["table", "_key"], how="left")
-        exists, image, _ = _state_before(None, E.col("carries"))
+    if carries is not None:
+        rows = rows.join(carries, on=["table", "_key"], how="left")
+        state = _state_before(None, E.col("carries"))
+        exists, image = state.exists & state.rebuilt, state.image
+        rows = _without_unrebuilt(rows)
     else:
-        exists, image, _ = _state_before(None)
+        state = _state_before(None)
+        exists, image = state.exists, state.image
     # Most keys only ever see full images: their row is the latest one, no walk needed.
     reset = E.col("reset")
     simple = (
@@ -200,5 +311,83 @@ def resolve(folded: DataFrame, changes: DataFrame | None, carry_moves: bool = Fa
             E.when(is_row, image).alias("image"),
         ),
     )
+    resolved = resolved.select(
+        "*", unknown_columns(E.col("exists"), E.col("image")).alias("unknown").column()
+    )
     # What only the merge reads is left out: a kept result is then about half the size.
-    return resolved.drop(*[c for c in _MERGED_FROM if c in resolved.columns])
+    resolved = resolved.drop(*[c for c in _MERGED_FROM if c in resolved.columns])
+    if carries is None:
+        return resolved
+    return resolved.unionByName(unrebuilt_changes(carries, resolved.schema))
+
+
+def _unrebuilt(carries: Expr) -> Expr:
+    """The carries of ``carries`` (a row group's, or null) that ``chain_carries`` left unsettled."""
+    return E.filter(E.coalesce(carries, E.array()), lambda c: ~c["settled"])
+
+
+def _without_unrebuilt(rows: DataFrame) -> DataFrame:
+    """``rows`` (joined with their carries) no longer counting as applied the key changes into them
+    whose carry is not rebuilt: ``unrebuilt_changes`` counts them as quarantined."""
+    lost = E.size(_unrebuilt(E.col("carries")))
+    counts = E.col("counts")
+    return rows.withColumns(
+        {
+            "n": (E.col("n") - lost).column(),
+            "counts": counts.column().withField("updates", (counts["updates"] - lost).column()),
+        }
+    )
+
+
+def unrebuilt_changes(carries: DataFrame, schema: StructType) -> DataFrame:
+    """The key changes whose carry ``chain_carries`` left unsettled, as quarantined records of ``schema``
+    (``resolve``'s): one each, with reason ``Q_UNREBUILT`` and the record as landed."""
+    entries = carries.select("table", F.explode(_unrebuilt(E.col("carries")).column()).alias("c"))
+    c = E.col("c")
+    ord_ = c["ord"]
+    first = E.struct(
+        E.nullif(ord_["file"], E.lit("")).alias("file"),
+        ord_["file_pos"].alias("file_pos"),
+        c["line"].alias("line"),
+        ord_["sub_pos"].alias("sub_pos"),
+        E.lit(Q_UNREBUILT).alias("reason"),
+        c["raw"].alias("raw"),
+    )
+    given = {
+        "table": E.col("table"),
+        "_tag": E.lit(TAG_QUARANTINED),
+        "_key": E.array(ord_["file"], ord_["file_pos"].cast("string"), ord_["sub_pos"].cast("string")),
+        "n": E.lit(1),
+        "after_as_of": E.lit(0),
+        "unpositioned": E.lit(0),
+        "type_sigs": E.array(),
+        "ddl_changes": E.array(),
+        "first": first,
+        "exists": E.lit(False),
+    }
+    return entries.select(
+        *E.columns(
+            [
+                (given[f.name] if f.name in given else E.null(f.dataType)).cast(f.dataType).alias(f.name)
+                for f in schema.fields
+            ]
+        )
+    )
+
+
+def unknown_columns(exists: Expr, image: Expr) -> Expr:
+    """The columns of a resolved row that hold null only because their value was unavailable.
+
+    A placeholder left its column out of its image (``unavailable``), so the merge kept the
+    column's earlier value. A column that one of the row's images named so and that the row still
+    lacks found none: no event of the key before it wrote the column (nor the base). Null when
+    there is no such column, so that rows never touched by a placeholder cost one null test.
+    """
+    reset = E.col("reset")
+    none = E.array().cast("array<string>")
+    from_reset = E.when(reset["op"] != OP_DELETE, reset["unavailable"])
+    from_partials = E.flatten(E.transform("partials", lambda p: E.coalesce(p["unavailable"], none)))
+    named = E.when(E.size("partials") == 0, from_reset).otherwise(
+        E.concat(E.coalesce(from_reset, none), from_partials)
+    )
+    return E.when(exists & (E.size(named) > 0), E.nullif(E.array_except(named, E.map_keys(image)), none))

@@ -9,6 +9,8 @@ from typing import Any
 from airflow_cdc_provider.contract.args import ON_ERROR_CHOICES, SnapshotArgs
 from airflow_cdc_provider.contract.as_of import parse_as_of
 from airflow_cdc_provider.contract.partitions import PartitionPruning, parse_duration_ms
+from airflow_cdc_provider.contract.quarantine_limit import QuarantineLimit
+from airflow_cdc_provider.contract.unavailable import placeholders
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
 from airflow_cdc_provider.replay.fold import KeyConfig
 
@@ -28,6 +30,7 @@ class SnapshotSpec:
     base: str | None  # an earlier output (written with keep_state) to start from
     keep_state: bool  # also write _cdc_state/ so a later run can start from this one
     whole_transactions: bool = False  # a transaction applies whole or not at all
+    max_quarantined: QuarantineLimit | None = None  # past it the run fails, its output left as it was
 
     @property
     def writes_state(self) -> bool:
@@ -76,6 +79,9 @@ class SnapshotSpec:
             table_columns=given.table_columns or parse_table_columns(args.table_columns),
             timestamp_column=given.timestamp_column or args.timestamp_column,
             whole_transactions=args.whole_transactions,
+            unavailable_values=placeholders(args.unavailable_values)
+            if args.unavailable_values
+            else given.unavailable_values,
         )
         return cls(
             source_format=args.source_format,
@@ -93,6 +99,7 @@ class SnapshotSpec:
             base=args.base_path or None,
             keep_state=args.keep_state,
             whole_transactions=args.whole_transactions,
+            max_quarantined=QuarantineLimit.parse(args.max_quarantined) if args.max_quarantined else None,
         )
 
     @classmethod

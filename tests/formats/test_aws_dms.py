@@ -20,7 +20,8 @@ import pytest
 
 from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events
 
-from airflow_cdc_provider.formats.aws_dms import file_time_ms, table_of
+from airflow_cdc_provider.formats.aws_dms import Q_OPEN_QUOTE, file_time_ms, table_of
+from airflow_cdc_provider.formats.landed_files import WHOLE_FILE_MAX_BYTES
 
 FMT = "aws-dms"
 PAIMON = CONFORMANCE / "paimon" / "aws-dms" / "table" / "schemaevolution"
@@ -447,6 +448,144 @@ def test_csv_rows_that_cannot_be_decoded_are_quarantined_with_file_and_line(spar
         ("20150101-1000000000.csv", 3, "I,3,A,B,2015-01-01,X,extra"),
         ("20150101-1000000000.csv", 6, '"I,6",A,B,"quoted, city",X'),
     ]
+    assert_events_add_up(metrics)
+
+
+def employee_row(i: str, last: str, first: str, city: str, hired: str = "2015-01-01") -> dict:
+    return {"id": i, "last": last, "first": first, "hired": hired, "city": city}
+
+
+def multi_line_landing(tmp_path: Path) -> Path:
+    """Change files whose quoted values hold line breaks (as DMS writes them), and a load file with
+    none. Each row's first line is noted beside it."""
+    table = tmp_path / "in" / "hr" / "employee"
+    write(
+        table / "20150101-1000000000.csv",
+        lines(
+            "I,1,A,B,2015-01-01,X",  # line 1
+            'I,2,A,B,2015-01-01,"line1',  # line 2: two lines, in the last column
+            'line2"',
+            'I,3,"Mc""Q""',  # line 4: three lines (one empty), "" and the delimiter inside
+            "",
+            'uote, Jr",B,2015-01-01,Y',
+            'I,4,A,"a, b",2015-01-01,"x',  # line 7: three lines in the last column
+            "y",
+            'z"',
+            'U,1,"p',  # line 10: two values over lines, one line closing the first and opening the next
+            'q","r',
+            's",2015-01-02,Z',
+            "D,3,x,y,2015-01-01,Y",  # line 13
+            'I,5,"two',  # line 14: one field short
+            'lines",B,2015-01-01',
+            "I,6,A,B,2015-01-01,W",  # line 16
+            'I,7,A,B,2015-01-01,"never',  # line 17: the file ends inside the value
+            "closed",
+        ),
+    )
+    # Windows line ends: the line break inside the value is read as the reader's line break, \n.
+    write(
+        table / "20150101-1000010000.csv", 'I,8,A,B,2015-01-01,"crlf\r\nvalue"\r\nI,10,A,B,2015-01-01,V\r\n'
+    )
+    write(table / "LOAD00000001.csv", lines("9,A,B,2014-01-01,V"))
+    return tmp_path / "in"
+
+
+def test_csv_values_over_several_lines_decode_at_their_first_line(spark, tmp_path):
+    events = decode_events(spark, FMT, multi_line_landing(tmp_path), table_columns=COLUMNS)
+    got = [(Path(e["file"]).name, e["line"], e["file_pos"], e["op"], e["reason"]) for e in events]
+    # Changes are ordered by their place in the file: the first line's.
+    assert all(e["log_pos"][-1] == e["file_pos"] for e in events if e["log_pos"] != [0])
+    width = "CSV row width does not match its column list"
+    assert got == [
+        ("20150101-1000000000.csv", 1, 0, "insert", None),
+        ("20150101-1000000000.csv", 2, 1, "insert", None),
+        ("20150101-1000000000.csv", 4, 3, "insert", None),
+        ("20150101-1000000000.csv", 7, 6, "insert", None),
+        ("20150101-1000000000.csv", 10, 9, "update", None),
+        ("20150101-1000000000.csv", 13, 12, "delete", None),
+        ("20150101-1000000000.csv", 14, 13, None, width),
+        ("20150101-1000000000.csv", 16, 15, "insert", None),
+        ("20150101-1000000000.csv", 17, 16, None, Q_OPEN_QUOTE),
+        ("20150101-1000010000.csv", 1, 0, "insert", None),
+        ("20150101-1000010000.csv", 3, 2, "insert", None),
+        ("LOAD00000001.csv", 1, 0, "read", None),
+    ]
+    inserted = {e["after"]["id"]: e["after"] for e in events if e["op"] == "insert"}
+    assert inserted["2"] == employee_row("2", "A", "B", "line1\nline2")
+    assert inserted["3"] == employee_row("3", 'Mc"Q"\n\nuote, Jr', "B", "Y")
+    assert inserted["4"] == employee_row("4", "A", "a, b", "x\ny\nz")
+    assert inserted["8"] == employee_row("8", "A", "B", "crlf\nvalue")
+    update = next(e for e in events if e["op"] == "update")
+    assert update["after"] == {"id": "1", "last": "p\nq", "first": "r\ns", "hired": "2015-01-02", "city": "Z"}
+    # The quarantined rows keep their text as landed, lines and all.
+    assert [e["raw"] for e in events if e["kind"] == "quarantined"] == [
+        'I,5,"two\nlines",B,2015-01-01',
+        'I,7,A,B,2015-01-01,"never\nclosed',
+    ]
+
+
+def test_csv_values_over_several_lines_replay_with_their_first_line(spark, replay, tmp_path):
+    output = tmp_path / "out"
+    metrics, tables = replay(
+        FMT, multi_line_landing(tmp_path), key="id", table_columns=COLUMNS, with_metadata=True, output=output
+    )
+    rows = sorted(tables["hr.employee"], key=lambda r: int(r["id"]))
+    assert [{c: r[c] for c in EMPLOYEE} for r in rows] == [
+        {"id": "1", "last": "p\nq", "first": "r\ns", "hired": "2015-01-02", "city": "Z"},
+        {"id": "2", "last": "A", "first": "B", "hired": "2015-01-01", "city": "line1\nline2"},
+        {"id": "4", "last": "A", "first": "a, b", "hired": "2015-01-01", "city": "x\ny\nz"},
+        {"id": "6", "last": "A", "first": "B", "hired": "2015-01-01", "city": "W"},
+        {"id": "8", "last": "A", "first": "B", "hired": "2015-01-01", "city": "crlf\nvalue"},
+        {"id": "9", "last": "A", "first": "B", "hired": "2014-01-01", "city": "V"},
+        {"id": "10", "last": "A", "first": "B", "hired": "2015-01-01", "city": "V"},
+    ]
+    assert [(r["id"], Path(r["_cdc_file"]).name, r["_cdc_line"]) for r in rows] == [
+        ("1", "20150101-1000000000.csv", 10),
+        ("2", "20150101-1000000000.csv", 2),
+        ("4", "20150101-1000000000.csv", 7),
+        ("6", "20150101-1000000000.csv", 16),
+        ("8", "20150101-1000010000.csv", 1),
+        ("9", "LOAD00000001.csv", 1),
+        ("10", "20150101-1000010000.csv", 3),
+    ]
+    assert metrics["events"] == {
+        "read": 12, "applied": 10, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 2,
+    }  # fmt: skip
+    t = metrics["tables"]["hr.employee"]
+    assert (t["rows"], t["inserts"], t["updates"], t["deletes"]) == (7, 8, 1, 1)
+    assert (t["updates_of_unknown_key"], t["deletes_of_unknown_key"]) == (0, 0)
+    width = "CSV row width does not match its column list"
+    assert metrics["quarantine"]["reasons"] == {width: 1, Q_OPEN_QUOTE: 1}
+    quarantined = sorted(
+        (Path(q["file"]).name, q["line"], q["reason"], q["record"])
+        for p in (output / "_quarantine").glob("part-*")
+        for q in map(json.loads, p.read_text().splitlines())
+    )
+    assert quarantined == [
+        ("20150101-1000000000.csv", 14, width, 'I,5,"two\nlines",B,2015-01-01'),
+        ("20150101-1000000000.csv", 17, Q_OPEN_QUOTE, 'I,7,A,B,2015-01-01,"never\nclosed'),
+    ]
+    assert_events_add_up(metrics)
+
+
+def test_csv_values_over_several_lines_in_a_file_read_in_splits(replay, tmp_path):
+    # Over WHOLE_FILE_MAX_BYTES: read by Spark's line reader, lines found afterwards by position.
+    table = tmp_path / "in" / "hr" / "employee"
+    filler = [f"I,{i},A,B,2015-01-01,{'X' * 250}" for i in range(100, 100 + 4_500)]
+    tail = ['I,1,A,B,2015-01-01,"line1', 'line2"', 'I,2,"two', 'lines",B,2015-01-01', "I,3,A,B,2015-01-01,Y"]
+    path = write(table / "20150101-1000000000.csv", lines(*filler, *tail))
+    assert path.stat().st_size > WHOLE_FILE_MAX_BYTES
+    output = tmp_path / "out"
+    metrics, tables = replay(FMT, tmp_path / "in", key="id", table_columns=COLUMNS, output=output)
+    rows = {r["id"]: r["city"] for r in tables["hr.employee"]}
+    assert len(rows) == 4_502 and (rows["1"], rows["3"]) == ("line1\nline2", "Y")
+    assert metrics["events"]["read"] == 4_503 and metrics["events"]["quarantined"] == 1
+    quarantined = [
+        (q["line"], q["record"])
+        for p in (output / "_quarantine").glob("part-*")
+        for q in map(json.loads, p.read_text().splitlines())
+    ]
+    assert quarantined == [(4_503, 'I,2,"two\nlines",B,2015-01-01')]
     assert_events_add_up(metrics)
 
 

@@ -237,3 +237,128 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
     assert tables == {"OGG.T": [{"id": 1, "name": "x"}]}
     assert metrics["ordering"] == {"unreadable_log_position": 1}
     assert_events_add_up(metrics)
+
+
+# --- missing-column flags (includeIsMissingFields) --------------------------------------------------
+
+
+def flagged(*present: str, **values) -> dict:
+    """An image as the formatter writes it with its missing-column flags on: every column of
+    ``values`` with ``COL_isMissing`` beside it, false for the columns named in ``present``.
+
+    A missing column's value is written as given (``None`` writes a null); ``...`` leaves it out.
+    """
+    image = {}
+    for name, value in values.items():
+        if value is not ...:
+            image[name] = value
+        image[f"{name}_isMissing"] = name not in present
+    return image
+
+
+def by_id_upper(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: r["ID"])
+
+
+def flagged_lines() -> list[str]:
+    """Inserts, a full and two compressed updates, and a delete, flags on throughout."""
+    pk = ("ID",)
+    return [
+        rec("I", after=flagged("ID", "NOTE", "QTY", ID=1, NOTE="a", QTY=None), pk=pk, pos=1, op_ts=at(1)),
+        rec("I", after=flagged("ID", "NOTE", "QTY", ID=2, NOTE="b", QTY=5), pk=pk, pos=2, op_ts=at(2)),
+        # Full update: NOTE keeps its value, so the after image carries an unchanged column.
+        rec(
+            "U",
+            before=flagged("ID", "NOTE", "QTY", ID=1, NOTE="a", QTY=None),
+            after=flagged("ID", "NOTE", "QTY", ID=1, NOTE="a", QTY=7),
+            pk=pk,
+            pos=3,
+            op_ts=at(3),
+        ),
+        # Compressed update, the missing columns written as nulls beside their true flags.
+        rec(
+            "U",
+            before=flagged("ID", ID=2, NOTE=None, QTY=None),
+            after=flagged("ID", "QTY", ID=2, NOTE=None, QTY=6),
+            pk=pk,
+            pos=4,
+            op_ts=at(4),
+        ),
+        # Compressed update, the missing columns left out; QTY is present and set to null.
+        rec(
+            "U",
+            before=flagged("ID", ID=1, NOTE=..., QTY=...),
+            after=flagged("ID", "QTY", ID=1, NOTE=..., QTY=None),
+            pk=pk,
+            pos=5,
+            op_ts=at(5),
+        ),
+        rec("I", after=flagged("ID", "NOTE", "QTY", ID=3, NOTE="c", QTY=1), pk=pk, pos=6, op_ts=at(6)),
+        # A delete logging only the key.
+        rec("D", before=flagged("ID", ID=3, NOTE=None, QTY=...), pk=pk, pos=7, op_ts=at(7)),
+    ]
+
+
+def test_missing_column_flags_decode_to_images_without_them(spark, tmp_path):
+    events = decode_events(spark, FMT, write_jsonl(tmp_path / "in" / "a.json", flagged_lines()))
+    got = [(e["op"], e["before"], e["after"], e["partial"]) for e in events]
+    assert got == [
+        ("insert", None, {"ID": 1, "NOTE": "a", "QTY": None}, False),
+        ("insert", None, {"ID": 2, "NOTE": "b", "QTY": 5}, False),
+        ("update", {"ID": 1, "NOTE": "a", "QTY": None}, {"ID": 1, "NOTE": "a", "QTY": 7}, False),
+        ("update", {"ID": 2}, {"ID": 2, "QTY": 6}, True),
+        ("update", {"ID": 1}, {"ID": 1, "QTY": None}, True),
+        ("insert", None, {"ID": 3, "NOTE": "c", "QTY": 1}, False),
+        ("delete", {"ID": 3}, None, False),
+    ]
+
+
+def test_missing_column_flags_never_reach_the_snapshot(replay, spark, tmp_path):
+    metrics, tables = replay(FMT, write_jsonl(tmp_path / "in" / "a.json", flagged_lines()))
+    # Row 2 keeps NOTE through the compressed update (its null there is a missing column); row 1
+    # keeps NOTE and takes the null its QTY was set to.
+    assert by_id_upper(tables["OGG.T"]) == [
+        {"ID": 1, "NOTE": "a", "QTY": None},
+        {"ID": 2, "NOTE": "b", "QTY": 6},
+    ]
+    # The source's columns and no flag (in the order the rows the fold writes give them).
+    assert sorted(spark.read.parquet(metrics["tables"]["OGG.T"]["path"]).columns) == ["ID", "NOTE", "QTY"]
+    assert metrics["events"] == {
+        "read": 7,
+        "applied": 7,
+        "after_as_of": 0,
+        "ignored": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+    }
+    t = metrics["tables"]["OGG.T"]
+    assert {k: t[k] for k in ("rows", "inserts", "updates", "deletes", "updates_of_unknown_key")} == {
+        "rows": 2,
+        "inserts": 3,
+        "updates": 3,
+        "deletes": 1,
+        "updates_of_unknown_key": 0,
+    }
+    assert_events_add_up(metrics)
+
+
+def test_only_boolean_companions_are_missing_column_flags(spark, tmp_path):
+    lines = [
+        # Flags on, and a source column named DONE_isMissing: its own flag makes it a column.
+        rec("I", after=flagged("ID", "DONE_isMissing", ID=1, DONE_isMissing=True), pk=("ID",), pos=1),
+        # Flags off: a boolean X_isMissing without X (false) and a text one are columns.
+        rec(
+            "I",
+            after={"ID": 2, "LATE_isMissing": False, "CODE": "x", "CODE_isMissing": "yes"},
+            pk=("ID",),
+            pos=2,
+        ),
+        # A flag that is true although its column carries a value: the column is still absent.
+        rec("U", after={"ID": 3, "NOTE": "stale", "NOTE_isMissing": True}, pk=("ID",), pos=3),
+    ]
+    events = decode_events(spark, FMT, write_jsonl(tmp_path / "in" / "a.json", lines))
+    assert [(e["after"], e["partial"]) for e in events] == [
+        ({"ID": 1, "DONE_isMissing": True}, False),
+        ({"ID": 2, "LATE_isMissing": False, "CODE": "x", "CODE_isMissing": "yes"}, False),
+        ({"ID": 3}, True),
+    ]

@@ -359,7 +359,9 @@ def test_rowid_is_a_column_only_when_the_key_or_with_metadata_asks_for_it(spark,
     # --with-metadata: rowid is source metadata the rows then carry (the key is still ID).
     metrics, tables = replay(FMT, path, key="ID", tables=["S.KEYED"], with_metadata=True)
     keyed = spark.read.parquet(metrics["tables"]["S.KEYED"]["path"])
-    assert keyed.columns == ["ID", "NAME", "rowid", "_cdc_op", "_cdc_event_ts", "_cdc_position"]
+    assert keyed.columns == [
+        "ID", "NAME", "rowid", "_cdc_op", "_cdc_event_ts", "_cdc_position", "_cdc_file", "_cdc_line",
+    ]  # fmt: skip
     assert [{k: r[k] for k in ("ID", "NAME", "rowid", "_cdc_op")} for r in tables["S.KEYED"]] == [
         {"ID": "1", "NAME": "b", "rowid": "AAAK1", "_cdc_op": "update"}
     ]

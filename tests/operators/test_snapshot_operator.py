@@ -250,6 +250,19 @@ def test_the_operator_passes_whole_transactions_to_the_job(monkeypatch):
     assert request.to_argv()[-1] == "--whole-transactions"
 
 
+def test_the_operator_passes_unavailable_values_to_the_job(monkeypatch):
+    request = _request_sent(
+        monkeypatch,
+        task_id="toast",
+        source_format="debezium-json",
+        input_paths="/lake/dbz",
+        unavailable_values=["N/A", "hex:5f5f"],
+    )
+    assert "unavailable_values" in CdcSnapshotOperator.template_fields
+    argv = request.to_argv()
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--unavailable-value"] == ["N/A", "hex:5f5f"]
+
+
 def test_as_of_defaults_to_data_interval_end():
     end = pendulum.datetime(2024, 9, 2, 0, 0, tz="UTC")
     context = {"data_interval_end": end, "logical_date": end.subtract(days=1)}

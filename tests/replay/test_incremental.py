@@ -153,7 +153,9 @@ def test_a_chain_of_daily_runs_with_metadata_equals_the_full_rebuild(spark, tmp_
     assert last["ignored"] == {"applied by the base snapshot": last["events"]["ignored"]}
     assert tables == full_tables
     ((columns, rows),) = tables.values()
-    assert [c for c, _ in columns][-3:] == ["_cdc_op", "_cdc_event_ts", "_cdc_position"]
+    assert [c for c, _ in columns][-5:] == [
+        "_cdc_op", "_cdc_event_ts", "_cdc_position", "_cdc_file", "_cdc_line",
+    ]  # fmt: skip
 
 
 def late_change(changes: list[Change], *, partial: bool, older_than_base_row: bool) -> Change:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_cdc_provider.contract.tables import qualify
 from airflow_cdc_provider.formats.dts_avro.schema import record_schema
 from airflow_cdc_provider.formats.dts_avro.values import (
     NOT_CARRIED,
@@ -238,7 +239,7 @@ def record_row(record: dict[str, Any]) -> dict[str, Any]:
     """Output columns for one decoded Record (kind, op, images as JSON texts, types, position)."""
     try:
         row = {
-            "table": record.get("objectName"),
+            "table": qualify(object_name.split(".")) if (object_name := record.get("objectName")) else None,
             "event_ms": record["sourceTimestamp"] * 1000,
             "log_pos": log_position(record["id"], record.get("sourcePosition") or ""),
             "tx_id": record.get("sourceTxid") or None,
