@@ -136,3 +136,19 @@ def decode_events(spark, fmt: str, paths, **options) -> list[dict]:
                 d[side] = {k: None if v is None else v.toPython() for k, v in d[side].items()}
         out.append(d)
     return out
+
+
+def debezium_specs(landing: str | Path, output: str | Path, as_of, **options) -> list:
+    """The runs of ``cdc-replay snapshot --format debezium-json --key id`` over ``landing``."""
+    from airflow_cdc_provider.contract.args import SnapshotArgs
+    from airflow_cdc_provider.replay.spec import SnapshotSpec
+
+    args = SnapshotArgs.build(
+        source_format="debezium-json",
+        input_paths=str(landing),
+        output_path=str(output),
+        as_of=as_of,
+        key_columns="id",
+        **options,
+    )
+    return SnapshotSpec.each_from_job_args(args)

@@ -78,6 +78,7 @@ from airflow_cdc_provider.replay.metrics import (
     group_counts,
     needs_table_changes,
     partial_updates,
+    quarantine_reasons,
     span_group_counts,
     unavailable_values,
     with_versions,
@@ -924,10 +925,7 @@ def _check_quarantine_limit(
     read = sum(int(g["n"] or 0) for g in groups)
     if not limit.exceeded(quarantine_count, read):
         return
-    reasons: dict[str, int] = {}
-    for g in groups:
-        if g["_tag"] == TAG_QUARANTINED:
-            reasons[g["reason"]] = reasons.get(g["reason"], 0) + int(g["n"] or 0)
+    reasons = quarantine_reasons(groups)
     _write_quarantine(quarantined, target)
     kept_at = target.keep_rejected(QUARANTINE_DIR)
     what = f"the {'history until' if history else 'snapshot as of'} {format_as_of(spec.as_of_ms)}"

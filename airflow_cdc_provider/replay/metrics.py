@@ -136,6 +136,15 @@ def needs_table_changes(groups: list) -> bool:
     return applied_truncates or any((g["drops"] or 0) > 0 for g in groups)
 
 
+def quarantine_reasons(groups: list) -> dict[str, int]:
+    """How many records were quarantined for each reason, sorted by reason."""
+    reasons: dict[str, int] = {}
+    for g in groups:
+        if g["_tag"] == TAG_QUARANTINED:
+            reasons[g["reason"]] = reasons.get(g["reason"], 0) + int(g["n"] or 0)
+    return dict(sorted(reasons.items()))
+
+
 def partial_updates(groups: list) -> bool:
     """Whether the fold applied partial images (for Debezium: updates with unavailable values)."""
     return any((g["partial_updates"] or 0) > 0 for g in groups if g["_tag"] == TAG_ROW)
@@ -207,7 +216,6 @@ def build_metrics(
     totals = {"read": 0, "applied": 0, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
     tables: dict[str, dict] = {t: zero_table() for t in table_paths}
     ignored_reasons: dict[str, int] = {}
-    quarantine_reasons: dict[str, int] = {}
     for g in groups:
         tag, n = g["_tag"], int(g["n"] or 0)
         after = int(g["after_as_of"] or 0)
@@ -241,7 +249,6 @@ def build_metrics(
             ignored_reasons[g["reason"]] = ignored_reasons.get(g["reason"], 0) + n
         elif tag == TAG_QUARANTINED:
             entry.update(quarantined=n)
-            quarantine_reasons[g["reason"]] = quarantine_reasons.get(g["reason"], 0) + n
         for k, v in entry.items():
             totals[k] += v
             if t is not None:
@@ -266,7 +273,7 @@ def build_metrics(
         "quarantine": {
             "records": quarantine_count,
             "path": target.final_uri(QUARANTINE_DIR) if quarantine_count else None,
-            "reasons": dict(sorted(quarantine_reasons.items())),
+            "reasons": quarantine_reasons(groups),
         },
         "files": {
             "read": len(files),

@@ -1,4 +1,4 @@
-"""Debezium's unavailable-value placeholder means "unchanged", never data (issue 37).
+"""Debezium's unavailable-value placeholder means "unchanged", never data.
 
 PostgreSQL does not log an unchanged TOASTed value in an UPDATE without REPLICA IDENTITY FULL, so
 Debezium writes ``__debezium_unavailable_value`` in its place: the text in text columns, its UTF-8

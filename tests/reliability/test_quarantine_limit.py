@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import airflow_env  # noqa: F401 - sets Airflow's home before anything imports airflow
-from tests.conftest import rows_of, write_jsonl
+from tests.conftest import debezium_specs, rows_of, write_jsonl
 from tests.reliability.test_bad_input import quarantined, where
 from tests.replay.test_semantics import T0, dbz
 
@@ -29,15 +29,7 @@ CUT = '{"op": "c", "after": {"id": 9'
 
 
 def _specs(landing: Path, output: Path | str, as_of=END, **options) -> list[SnapshotSpec]:
-    args = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=str(landing),
-        output_path=str(output),
-        as_of=as_of,
-        key_columns="id",
-        **options,
-    )
-    return SnapshotSpec.each_from_job_args(args)
+    return debezium_specs(landing, output, as_of, **options)
 
 
 def _land_day_one(root: Path) -> Path:

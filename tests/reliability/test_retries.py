@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rows_of, write_jsonl
+from tests.conftest import debezium_specs, rows_of, write_jsonl
 from tests.reliability.histories import T0
 from tests.replay.test_semantics import dbz
 
-from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.output_lock import LOCK_MARK, LockHolder
 from airflow_cdc_provider.replay.spec import SnapshotSpec
@@ -40,15 +39,7 @@ def landing(tmp_path_factory) -> Path:
 
 
 def _specs(landing: Path, output: str, as_of: list[int], **options) -> list[SnapshotSpec]:
-    args = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=str(landing / "landing"),
-        output_path=output,
-        as_of=as_of,
-        key_columns="id",
-        **options,
-    )
-    return SnapshotSpec.each_from_job_args(args)
+    return debezium_specs(landing / "landing", output, as_of, **options)
 
 
 def _result(spark, metrics: dict) -> tuple[dict, dict]:

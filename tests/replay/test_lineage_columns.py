@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import rows_of, write_jsonl
+from tests.conftest import debezium_specs, rows_of, write_jsonl
 from tests.formats.test_debezium_avro import container, envelope, parquet_envelopes, product, write
 from tests.reliability.test_bad_input import write_cut
 from tests.replay.test_history import versions_of
@@ -70,15 +70,7 @@ def landing(tmp_path, monkeypatch, small_splits) -> Path:
 
 
 def _specs(landing: Path, output: Path | str, as_of, **options) -> list[SnapshotSpec]:
-    args = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=str(landing),
-        output_path=str(output),
-        as_of=as_of,
-        key_columns="id",
-        **{"with_metadata": True, **options},
-    )
-    return SnapshotSpec.each_from_job_args(args)
+    return debezium_specs(landing, output, as_of, **{"with_metadata": True, **options})
 
 
 def expected(landing: Path, delivered: int | None, as_of_ms: int | None = None) -> list[tuple]:
