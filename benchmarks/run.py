@@ -64,9 +64,9 @@ from pyspark.sql.types import (
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.paths import is_hidden
-from airflow_cdc_provider.jobs.session import build_session
 from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.spark.session import build_session
 from benchmarks.generate import (
     WRITERS,
     add_workload_arguments,

@@ -31,7 +31,7 @@ def airflow_db() -> None:
 
 @pytest.fixture(scope="session")
 def spark():
-    from airflow_cdc_provider.jobs.session import build_session
+    from airflow_cdc_provider.spark.session import build_session
 
     session = build_session(
         master="local[2]",
@@ -121,7 +121,7 @@ def write_jsonl(path: Path, records: list) -> Path:
 def decode_events(spark, fmt: str, paths, **options) -> list[dict]:
     """Canonical events of ``paths`` in landing order, images as plain Python values."""
     from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-    from airflow_cdc_provider.formats.landed_files import list_landed_files
+    from airflow_cdc_provider.spark.reader import list_landed_files
 
     if isinstance(paths, (str, Path)):
         paths = [paths]

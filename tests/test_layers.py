@@ -1,7 +1,9 @@
 """The package's layers, read from every module's imports (``ast``): arrows point one way only.
 
-contract <- formats <- replay <- jobs; contract <- landing <- triggers <- sensors;
-contract <- hooks <- operators. Imports inside ``if TYPE_CHECKING:`` are not imports at run time
+contract <- spark <- formats <- replay <- jobs; contract <- landing <- triggers <- sensors;
+contract <- hooks <- operators. Inside ``formats``, a decoder's family (one subpackage) imports only its
+own modules and the shared ``formats.base``, ``formats.events`` and ``formats.common``; no family
+imports another, and no module imports a registered decoder's module. Imports inside ``if TYPE_CHECKING:`` are not imports at run time
 and are not counted; a module's imports inside its functions are. The Spark-free layers are checked
 transitively: ``contract`` and ``landing`` must not load PySpark, either themselves or through the
 modules their imports load (a package's ``__init__`` runs when any of its modules is imported, so
@@ -22,10 +24,11 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # layer -> the project layers its modules may import (its own included).
 ALLOWED = {
     "contract": {"contract"},
-    "formats": {"contract", "formats"},
-    "replay": {"contract", "formats", "replay"},
+    "spark": {"contract", "spark"},
+    "formats": {"contract", "spark", "formats"},
+    "replay": {"contract", "spark", "formats", "replay"},
     # The class archive's builder replays the bundled sample (a leaf: paths and arguments only).
-    "jobs": {"contract", "formats", "replay", "jobs", "sample_data"},
+    "jobs": {"contract", "spark", "formats", "replay", "jobs", "sample_data"},
     # The sensor reads landed records without Spark; it may use a format's Spark-free pieces
     # (the DTS Avro record schema), which the transitive check below keeps free of PySpark.
     "landing": {"contract", "landing", "formats"},
@@ -40,6 +43,7 @@ ALLOWED = {
 # Third-party packages a layer must not reach, directly or through project imports.
 FORBIDDEN = {
     "contract": {"pyspark", "py4j", "airflow"},
+    "spark": {"airflow"},
     "formats": {"airflow"},
     "replay": {"airflow"},
     "jobs": {"airflow"},
@@ -168,3 +172,35 @@ def test_the_checker_sees_relative_imports_and_skips_type_checking_blocks(tmp_pa
     monkeypatch.setitem(MODULES, f"{PACKAGE}.contract.probe", probe)
     names = _imported_names(f"{PACKAGE}.contract.probe")
     assert f"{PACKAGE}.replay.engine" in names and "airflow" in names and "pyspark" not in names
+
+
+# Modules of ``formats`` that every family may import; every other module belongs to one family.
+FORMATS_SHARED = ("formats", "formats.base", "formats.events", "formats.common")
+
+
+def _family(module: str) -> str | None:
+    """``formats.debezium.json`` -> ``debezium``; None for the shared modules."""
+    rest = module.removeprefix(f"{PACKAGE}.")
+    if any(rest == s or rest.startswith(f"{s}.") for s in FORMATS_SHARED[1:]) or rest == "formats":
+        return None
+    return rest.split(".")[1]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) == "formats"))
+def test_decoder_families_import_only_their_own_and_the_shared_modules(module):
+    from airflow_cdc_provider.formats import _REGISTRY
+
+    decoders = {target.split(":")[0] for target in _REGISTRY.values()}
+    project, _ = _direct(module)
+    formats = {m for m in project if _layer(m) == "formats" and m != f"{PACKAGE}.formats"}
+    family = _family(module)
+    foreign = sorted(m for m in formats if _family(m) not in (None, family))
+    decoder_imports = sorted(m for m in formats if m in decoders)
+    assert foreign == [], f"{module} (family {family}) imports other families' modules {foreign}"
+    assert decoder_imports == [], (
+        f"{module} imports decoder modules {decoder_imports}; share through the family"
+    )
+    if family is None:
+        assert all(_family(m) is None for m in formats), (
+            f"shared {module} imports a family: {sorted(formats)}"
+        )

@@ -14,7 +14,7 @@ compiling Catalyst's code paths are the bulk. Two standard HotSpot features cut 
   does (245 MB: 44 s against 38 s), so it is used only when every input is local and their total
   size is at most ``QUICK_START_MAX_BYTES``.
 
-Only a driver in local mode gets these options: the embedded one (``jobs/session.py``) and one that
+Only a driver in local mode gets these options: the embedded one (``spark/session.py``) and one that
 spark-submit starts for the hook. Under spark-submit the job's own session finds its JVM running,
 and on a cluster the executors' JVMs are the submitter's to tune.
 """

@@ -10,19 +10,19 @@ if TYPE_CHECKING:
 
 # --format name -> "module:Class"; imported on use so one broken optional decoder cannot stop the others.
 _REGISTRY: dict[str, str] = {
-    "debezium-json": "airflow_cdc_provider.formats.debezium:DebeziumJsonDecoder",
-    "debezium-avro": "airflow_cdc_provider.formats.debezium_avro:DebeziumAvroDecoder",
-    "cdl-json": "airflow_cdc_provider.formats.cdl:CdlJsonDecoder",
-    "canal-json": "airflow_cdc_provider.formats.canal:CanalJsonDecoder",
-    "shareplex-json": "airflow_cdc_provider.formats.shareplex:ShareplexJsonDecoder",
+    "debezium-json": "airflow_cdc_provider.formats.debezium.json:DebeziumJsonDecoder",
+    "debezium-avro": "airflow_cdc_provider.formats.debezium.avro:DebeziumAvroDecoder",
+    "cdl-json": "airflow_cdc_provider.formats.cdl.decoder:CdlJsonDecoder",
+    "canal-json": "airflow_cdc_provider.formats.mysql.canal:CanalJsonDecoder",
+    "shareplex-json": "airflow_cdc_provider.formats.shareplex.decoder:ShareplexJsonDecoder",
     "dts-avro": "airflow_cdc_provider.formats.dts_avro.decoder:DtsAvroDecoder",
-    "datahub-tuple": "airflow_cdc_provider.formats.datahub_tuple:DatahubTupleDecoder",
-    "datahub-blob": "airflow_cdc_provider.formats.datahub_blob:DatahubBlobDecoder",
-    "qlik-json": "airflow_cdc_provider.formats.qlik:QlikJsonDecoder",
-    "maxwell-json": "airflow_cdc_provider.formats.maxwell:MaxwellJsonDecoder",
-    "ogg-json": "airflow_cdc_provider.formats.ogg:OggJsonDecoder",
-    "debezium-mongodb": "airflow_cdc_provider.formats.debezium_mongodb:DebeziumMongodbDecoder",
-    "aws-dms": "airflow_cdc_provider.formats.aws_dms:AwsDmsDecoder",
+    "datahub-tuple": "airflow_cdc_provider.formats.datahub.tuple_topic:DatahubTupleDecoder",
+    "datahub-blob": "airflow_cdc_provider.formats.datahub.blob_topic:DatahubBlobDecoder",
+    "qlik-json": "airflow_cdc_provider.formats.qlik.decoder:QlikJsonDecoder",
+    "maxwell-json": "airflow_cdc_provider.formats.mysql.maxwell:MaxwellJsonDecoder",
+    "ogg-json": "airflow_cdc_provider.formats.ogg.decoder:OggJsonDecoder",
+    "debezium-mongodb": "airflow_cdc_provider.formats.debezium.mongodb:DebeziumMongodbDecoder",
+    "aws-dms": "airflow_cdc_provider.formats.aws_dms.decoder:AwsDmsDecoder",
 }
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_cdc_provider.contract.unavailable import placeholders
-from airflow_cdc_provider.formats.landed_files import LandedFile
+from airflow_cdc_provider.spark.reader import LandedFile
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class DecodeOptions:
     is ``--whole-transactions``: a decoder may then derive transaction ids its records do not carry
     (DataHub BLOB, from its transaction markers), which costs it a pass it otherwise skips.
     ``unavailable_values`` are the bytes of ``--unavailable-value``: the placeholders a Debezium
-    connector writes for values it could not read (``formats/unavailable.py``).
+    connector writes for values it could not read (``formats/debezium/unavailable.py``).
     """
 
     key_columns: tuple[str, ...] = ()

@@ -23,8 +23,8 @@ from pyspark.sql.types import (
 )
 
 from airflow_cdc_provider.contract import tables
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # op: what a row change does.
 OP_INSERT = "insert"
@@ -97,7 +97,7 @@ CANONICAL_EVENT_SCHEMA = StructType(
         StructField("after", IMAGE_TYPE),
         StructField("partial", BooleanType()),  # after image carries only changed columns
         # Columns whose value was the connector's unavailable-value placeholder ("unchanged",
-        # ``formats/unavailable.py``): left out of the after image; null when there were none.
+        # ``formats/debezium/unavailable.py``): left out of the after image; null when there were none.
         StructField("unavailable", ArrayType(StringType())),
         StructField("key_cols", ArrayType(StringType())),  # key columns the record names, if any
         StructField("types", MapType(StringType(), StringType())),  # declared Spark types

@@ -32,7 +32,7 @@ from airflow_cdc_provider.contract.paths import is_local_path, local_path
 # Spark property naming each submission, so on_kill finds its processes among this one's.
 SUBMISSION_TOKEN_CONF = "spark.cdc.submission"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of jobs/session.py
+LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of spark/session.py
 # Levels Spark's spark.log.level accepts (log4j's).
 LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 DEFAULT_DRIVER_LOG_LEVEL = "WARN"
@@ -194,7 +194,7 @@ class CdcReplayHook(BaseHook):
             conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
         if target.master.startswith("local"):
             # In local mode the driver JVM does all the work; spark-submit starts it before the job
-            # can configure anything, so the job's own local default (jobs/session.py) goes here.
+            # can configure anything, so the job's own local default (spark/session.py) goes here.
             conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
             merged = jvm.merged_java_options(java_options, conf.get(jvm.JAVA_OPTIONS_CONF))
             if merged:

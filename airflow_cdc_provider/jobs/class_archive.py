@@ -66,8 +66,8 @@ def remove_outlived_archives(folder: Path) -> list[Path]:
 def _replay_sample(partial: str, work: str) -> None:
     """The child of ``build_class_archive``: the quickstart's rebuild, then wait for the JVM's exit."""
     from airflow_cdc_provider.jobs import cli
-    from airflow_cdc_provider.jobs.session import build_session
     from airflow_cdc_provider.sample_data import replay_arguments
+    from airflow_cdc_provider.spark.session import build_session
 
     # Started first, so the command's own session is this one, whose JVM writes the archive.
     spark = build_session(java_options=[f"-XX:ArchiveClassesAtExit={partial}"])

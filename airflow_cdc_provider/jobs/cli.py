@@ -56,8 +56,8 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
     """``snapshot`` or ``history``: run the job, print its metrics, write its error for the operator."""
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
     from airflow_cdc_provider.contract.jvm import java_options_for
-    from airflow_cdc_provider.jobs.session import build_session
     from airflow_cdc_provider.replay.engine import SnapshotSpec, run_history, run_snapshots
+    from airflow_cdc_provider.spark.session import build_session
 
     try:
         history = args.command == "history"

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 _DIGITS = re.compile(r"^-?\d+$")
-# datahub-tuple: a 16-digit _excute_time_ is DataHub's TIMESTAMP in microseconds (formats/datahub_tuple.py).
+# datahub-tuple: a 16-digit _excute_time_ is DataHub's TIMESTAMP in microseconds (formats/datahub/tuple_topic.py).
 _MICROS_FROM = 10**14
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

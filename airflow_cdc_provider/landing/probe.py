@@ -1,7 +1,7 @@
 """Look at a landing without Spark: its folders, its data files, and the last lines of a file.
 
 ``CdcLandedFilesSensor`` and its trigger run in Airflow's worker and triggerer, where a JVM per poke
-is out of the question, so they cannot use the replay job's Hadoop listing (``formats/landed_files.py``). This
+is out of the question, so they cannot use the replay job's Hadoop listing (``spark/reader.py``). This
 module gives them the same view through fsspec: a local path uses the local file system, and a URI
 goes through Airflow's ``ObjectStoragePath``, so every scheme Airflow's object storage serves
 (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``hdfs://``, ``memory://``, ...) works, with an

@@ -38,8 +38,8 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
     position_text,
 )
-from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.replay.fold import TAG_ROW, on_time
+from airflow_cdc_provider.spark.reader import LandedFile
 
 ROWS_DIR = "rows"
 STATE_VERSION = 1

@@ -23,7 +23,6 @@ from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR, STATE_DIR, STATE_FILE
 from airflow_cdc_provider.contract.tables import check_unambiguous, table_folder
 from airflow_cdc_provider.formats import get_decoder
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     IGNORED_TABLE_FILTER,
     KIND_CHANGE,
@@ -33,14 +32,6 @@ from airflow_cdc_provider.formats.events import (
     position_text,
     table_matches,
 )
-from airflow_cdc_provider.formats.landed_files import (
-    LandedFile,
-    checkpoint_salvaging,
-    list_landed_files,
-    split_lines,
-    unterminated_last_records,
-)
-from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.base_state import (
     ROWS_DIR,
     BaseState,
@@ -110,6 +101,15 @@ from airflow_cdc_provider.replay.schemas import (
 )
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.replay.transactions import with_transaction_times
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import (
+    LandedFile,
+    checkpoint_salvaging,
+    list_landed_files,
+    split_lines,
+    unterminated_last_records,
+)
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BooleanType, StringType, StructField, StructType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IMAGE_TYPE,
@@ -41,8 +40,9 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
     table_matches,
 )
-from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.transactions import APPLY_MS, TX_FIRST
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # Group tags.
 TAG_ROW = "R"  # a keyed row change

@@ -22,7 +22,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructField, StructType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     IMAGE_TYPE,
     KIND_CHANGE,
@@ -31,7 +30,6 @@ from airflow_cdc_provider.formats.events import (
     OP_UPDATE,
     empty_image,
 )
-from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import (
     TAG_ROW,
     TAG_TRUNCATE,
@@ -41,6 +39,8 @@ from airflow_cdc_provider.replay.fold import (
 )
 from airflow_cdc_provider.replay.resolve import by_ord, merged_image
 from airflow_cdc_provider.replay.transactions import APPLY_MS
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 VALID_FROM, VALID_TO = "_cdc_valid_from", "_cdc_valid_to"
 # A version's bounds in epoch ms, as the engine keeps them until the write.

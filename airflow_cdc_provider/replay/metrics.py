@@ -11,8 +11,6 @@ from pyspark.sql import functions as F
 from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.metrics import QUARANTINE_DIR
 from airflow_cdc_provider.contract.tables import TableNameError, split_qualified
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import (
     COUNTS,
     OUT_OF_ORDER,
@@ -24,6 +22,8 @@ from airflow_cdc_provider.replay.fold import (
 from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.plan import Input
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,6 @@ from airflow_cdc_provider.formats.events import (
     KIND_CHANGE,
     KIND_IGNORED,
 )
-from airflow_cdc_provider.formats.landed_files import (
-    LandedFile,
-    checkpoint_salvaging,
-    list_landed_files,
-)
 from airflow_cdc_provider.replay.base_state import (
     IGNORED_IN_BASE,
     BaseState,
@@ -35,6 +30,11 @@ from airflow_cdc_provider.replay.base_state import (
 )
 from airflow_cdc_provider.replay.fold import KeyConfig, with_keys
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.spark.reader import (
+    LandedFile,
+    checkpoint_salvaging,
+    list_landed_files,
+)
 
 log = logging.getLogger(__name__)
 

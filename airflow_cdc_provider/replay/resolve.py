@@ -19,10 +19,10 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
-from airflow_cdc_provider.formats.sqlexpr import Expr
 from airflow_cdc_provider.replay.fold import TAG_QUARANTINED, TAG_ROW
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # Rounds ``chain_carries`` takes at most: a chain of more partial key changes than this (with no
 # full image between them) is not rebuilt; its changes are quarantined with ``Q_UNREBUILT``.

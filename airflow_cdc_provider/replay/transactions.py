@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import KIND_CHANGE
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # The instant from which an event counts as applied (null: never); fold.applies_at reads it.
 APPLY_MS = "_apply_ms"

@@ -14,9 +14,9 @@ from airflow_cdc_provider.contract.partitions import (
     PartitionPruningError,
     parse_duration_ms,
 )
-from airflow_cdc_provider.formats.landed_files import LandedFile
 from airflow_cdc_provider.replay.engine import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.spark.reader import LandedFile
 
 HOUR = 3_600_000
 DAY = 24 * HOUR

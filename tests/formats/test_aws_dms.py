@@ -20,8 +20,8 @@ import pytest
 
 from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events
 
-from airflow_cdc_provider.formats.aws_dms import Q_OPEN_QUOTE, file_time_ms, table_of
-from airflow_cdc_provider.formats.landed_files import WHOLE_FILE_MAX_BYTES
+from airflow_cdc_provider.formats.aws_dms.decoder import Q_OPEN_QUOTE, file_time_ms, table_of
+from airflow_cdc_provider.spark.reader import WHOLE_FILE_MAX_BYTES
 
 FMT = "aws-dms"
 PAIMON = CONFORMANCE / "paimon" / "aws-dms" / "table" / "schemaevolution"

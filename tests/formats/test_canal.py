@@ -575,8 +575,8 @@ def test_type_change_that_loses_data_stops_the_job(replay, tmp_path):
 
 def test_mysql_and_jdbc_type_names(spark):
 
-    from airflow_cdc_provider.formats import sqlexpr as E
-    from airflow_cdc_provider.formats.canal import jdbc_spark_type, mysql_spark_type
+    from airflow_cdc_provider.formats.mysql.declared_types import jdbc_spark_type, mysql_spark_type
+    from airflow_cdc_provider.spark import sqlexpr as E
 
     cases = {
         "INTEGER": "int",
@@ -792,7 +792,7 @@ def after_columns(spark, path: Path) -> list[list[str]]:
     from pyspark.sql import functions as F
 
     from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-    from airflow_cdc_provider.formats.landed_files import list_landed_files
+    from airflow_cdc_provider.spark.reader import list_landed_files
 
     events = get_decoder(FMT).decode(spark, list_landed_files(spark, [str(path)]), DecodeOptions())
     ordered = events.orderBy("file", "file_pos", "sub_pos").select(F.map_keys("after").alias("cols"))
@@ -845,7 +845,7 @@ def test_columns_keep_the_order_the_messages_write_them(spark, replay, tmp_path)
 def test_rows_in_another_order_than_mysqltype_and_a_column_named_twice(spark, tmp_path):
     """Rows whose columns are not mysqlType's, in its order, are typed by looking each type up."""
     from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-    from airflow_cdc_provider.formats.landed_files import list_landed_files
+    from airflow_cdc_provider.spark.reader import list_landed_files
 
     twice = msg("INSERT", [{"id": "8", "name": "y"}], es=2000, id_=2).replace(
         '"id": "8"', '"id": "8", "id": "9"'
@@ -921,9 +921,9 @@ def _declaration_cases() -> list[str]:
 
 
 def test_specialised_typing_gives_what_the_general_path_gives(spark, tmp_path, monkeypatch):
-    from airflow_cdc_provider.formats import canal
     from airflow_cdc_provider.formats.events import Q_IMAGE_NOT_OBJECT, Q_TYPE_MISMATCH
-    from airflow_cdc_provider.formats.landed_files import list_landed_files
+    from airflow_cdc_provider.formats.mysql import canal
+    from airflow_cdc_provider.spark.reader import list_landed_files
 
     path = write(tmp_path / "l" / "part-0.json", "\n".join(_declaration_cases()) + "\n")
     sampled = canal._signatures(spark, list_landed_files(spark, [str(path.parent)]))

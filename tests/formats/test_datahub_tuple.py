@@ -465,7 +465,7 @@ def test_malformed_records_are_quarantined_with_their_reason(spark, replay, tmp_
 
 
 def test_landing_kind_by_extension():
-    from airflow_cdc_provider.formats.datahub_tuple import is_metadata_column, landing_kind
+    from airflow_cdc_provider.formats.datahub.tuple_topic import is_metadata_column, landing_kind
 
     assert [
         landing_kind(p)
@@ -490,8 +490,8 @@ def test_landing_kind_by_extension():
 
 
 def test_event_time_forms(spark):
-    from airflow_cdc_provider.formats import sqlexpr as E
-    from airflow_cdc_provider.formats.datahub_tuple import event_ms_from_text
+    from airflow_cdc_provider.formats.datahub.tuple_topic import event_ms_from_text
+    from airflow_cdc_provider.spark import sqlexpr as E
 
     texts = ["1649991726000", "1649991726000123", "2022-04-15 02:42:06", " ", None, "soon"]
     ms, bad = event_ms_from_text(E.col("t"))

@@ -260,7 +260,7 @@ def test_key_lines_pair_with_their_values_across_split_boundaries(spark, replay,
     """A file over the whole-read limit is read in splits; a key line ending one split still names
     the delete that starts the next (a split's records are numbered within it, so pairing cannot
     rely on consecutive positions)."""
-    from airflow_cdc_provider.formats.landed_files import WHOLE_FILE_MAX_BYTES
+    from airflow_cdc_provider.spark.reader import WHOLE_FILE_MAX_BYTES
 
     split_bytes = 64 * 1024
     n = 700

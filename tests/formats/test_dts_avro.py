@@ -40,7 +40,7 @@ from airflow_cdc_provider.formats.dts_avro.records import (  # noqa: E402
 from airflow_cdc_provider.formats.dts_avro.schema import NAMESPACE, OPERATIONS, VALUE_TYPES, record_schema  # noqa: E402
 from airflow_cdc_provider.formats.dts_avro.values import decimal_type, integer_type, parse_zone  # noqa: E402
 from airflow_cdc_provider.formats.events import Q_BAD_AVRO  # noqa: E402
-from airflow_cdc_provider.formats.landed_files import list_landed_files  # noqa: E402
+from airflow_cdc_provider.spark.reader import list_landed_files  # noqa: E402
 
 WRITER = fastavro.parse_schema(record_schema())
 OLD_WRITER = fastavro.parse_schema(record_schema(born_timestamp=False))

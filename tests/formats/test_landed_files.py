@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc_provider.formats.landed_files import LandingError, list_landed_files
+from airflow_cdc_provider.spark.reader import LandingError, list_landed_files
 
 
 def _touch(root: Path, relative: str, content: str = "{}\n") -> None:

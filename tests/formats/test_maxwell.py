@@ -393,8 +393,8 @@ def test_key_columns_from_a_primary_key_object_and_never_from_its_values(spark, 
 def test_binlog_positions_read_as_the_pattern_reads_them(spark):
     # The usual shape is read without the regular expression; every other text takes the pattern,
     # so both routes must agree: spaces, colons, signs, leading zeros, 64-bit overflow.
-    from airflow_cdc_provider.formats import sqlexpr as E
-    from airflow_cdc_provider.formats.maxwell import binlog_position
+    from airflow_cdc_provider.formats.mysql.maxwell import binlog_position
+    from airflow_cdc_provider.spark import sqlexpr as E
 
     expected = {
         "mysql-bin.000003:1234": [3, 1234],

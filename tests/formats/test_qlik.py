@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 from tests.conftest import assert_events_add_up
 
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.landed_files import list_landed_files
-from airflow_cdc_provider.formats.qlik import change_sequence_position, column_present
+from airflow_cdc_provider.formats.qlik.decoder import change_sequence_position, column_present
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import list_landed_files
 
 # ------------------------------------------------------------------ building Replicate messages
 

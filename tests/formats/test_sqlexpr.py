@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from airflow_cdc_provider.formats import sqlexpr as E
+from airflow_cdc_provider.spark import sqlexpr as E
 
 a, b, c = E.col("a"), E.col("b"), E.col("c")
 x, y, z = E.col("x"), E.col("y"), E.col("z")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from airflow_cdc_provider.contract.tables import matching_reading, qualify
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import dotted_table, qualified_table, table_matches
+from airflow_cdc_provider.spark import sqlexpr as E
 
 _ALPHABET = ["a", "b", ".", '"', "/", "\\", "'", "%", " ", "_", "é", "库", "\n", "`", "$", "{"]
 

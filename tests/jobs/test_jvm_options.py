@@ -12,7 +12,7 @@ import pytest
 from airflow_cdc_provider.contract import jvm
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.jobs.class_archive import build_class_archive, remove_outlived_archives
-from airflow_cdc_provider.jobs.session import session_conf
+from airflow_cdc_provider.spark.session import session_conf
 
 ARCHIVE = "-XX:SharedArchiveFile="
 QUICK = "-XX:TieredStopAtLevel=1"

@@ -22,8 +22,8 @@ from tests.formats.test_canal import msg as canal_msg
 from tests.replay.test_history import _spec as history_spec
 from tests.replay.test_semantics import T0, dbz
 
-from airflow_cdc_provider.formats import landed_files
 from airflow_cdc_provider.replay.engine import DuplicateColumnError, QuarantineError, run_history
+from airflow_cdc_provider.spark import reader
 
 
 def quarantined(output: Path) -> list[dict]:
@@ -82,8 +82,8 @@ def test_bad_records_are_set_aside_with_file_position_reason_and_record(replay, 
     (landed / "empty.json.gz").write_bytes(gzip.compress(b""))
     (landed / "zero-bytes.json.gz").write_bytes(b"")
     # Files larger than a.json are read in splits here (1 MiB in production): both readers are covered.
-    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", (landed / "a.json").stat().st_size)
-    assert (landed / "big.json").stat().st_size > landed_files.WHOLE_FILE_MAX_BYTES
+    monkeypatch.setattr(reader, "WHOLE_FILE_MAX_BYTES", (landed / "a.json").stat().st_size)
+    assert (landed / "big.json").stat().st_size > reader.WHOLE_FILE_MAX_BYTES
 
     output = tmp_path / "out"
     metrics, tables = replay("debezium-json", landed, key="id", output=output)
@@ -132,7 +132,7 @@ def test_a_split_read_file_cut_short_names_its_last_line_truncated(spark, replay
     cut_line = '{"op": "c", "after": {"id": 9'
     (landed / "cut.json").write_bytes(("\n".join([*rows[:2], "{oops", *rows[2:4], cut_line])).encode())
     (landed / "ended.json").write_bytes(("\n".join([*rows[4:], cut_line]) + "\n").encode())
-    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", 1024)  # both files read in splits
+    monkeypatch.setattr(reader, "WHOLE_FILE_MAX_BYTES", 1024)  # both files read in splits
     spark.conf.set("spark.sql.files.maxPartitionBytes", "2048")  # and each in several splits
     try:
         output = tmp_path / "out"

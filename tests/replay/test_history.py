@@ -340,7 +340,7 @@ def test_the_command_line_writes_a_history(spark, tmp_path, capsys):
 
 def test_versions_of_a_split_read_file_name_their_line_where_no_log_position(spark, tmp_path, monkeypatch):
     """A large file is read in splits: a version shows its log position, else its exact line."""
-    from airflow_cdc_provider.formats import landed_files
+    from airflow_cdc_provider.spark import reader
 
     landing = tmp_path / "in"
     write_jsonl(
@@ -351,7 +351,7 @@ def test_versions_of_a_split_read_file_name_their_line_where_no_log_position(spa
             dbz("c", 2, T0 + 2000, pos=700, name="bob"),  # a log position: shown as it is
         ],
     )
-    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", 16)  # every file is split-read
+    monkeypatch.setattr(reader, "WHOLE_FILE_MAX_BYTES", 16)  # every file is split-read
     metrics = run_history(spark, _spec("debezium-json", landing, tmp_path / "h", T0 + 5000, key_columns="id"))
     versions = versions_of(spark, metrics["tables"]["db.shop"]["path"])
     big = f"file:{landing / 'big.json'}"

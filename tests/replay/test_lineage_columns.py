@@ -22,9 +22,9 @@ from tests.replay.test_history import versions_of
 from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
-from airflow_cdc_provider.formats import landed_files
 from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.spark import reader
 
 END = "2100-01-01T00:00:00Z"
 MIDDLE = T0 + 21  # after c.json's first two records and the gzip's first 22 lines, before the rest
@@ -52,7 +52,7 @@ def land(root: Path, monkeypatch, cut_gzip: bool = True) -> Path:
             dbz("u", 5, T0 + 22, pos=700, name="e2"),
         ],
     )
-    monkeypatch.setattr(landed_files, "WHOLE_FILE_MAX_BYTES", (root / "a.json").stat().st_size)
+    monkeypatch.setattr(reader, "WHOLE_FILE_MAX_BYTES", (root / "a.json").stat().st_size)
     return root
 
 

@@ -22,8 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.common.values import failed_conversions, text_image
 from airflow_cdc_provider.formats.dts_avro.records import (
     CONTAINER_MAGIC,
     DECODED_DDL,
@@ -43,9 +44,8 @@ from airflow_cdc_provider.formats.events import (
     canonical,
     classify,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.values import failed_conversions, text_image
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
 
 _HEAD_BYTES = 64
 _TEXT_SUFFIXES = (".json", ".jsonl", ".ndjson", ".txt")

@@ -40,6 +40,7 @@ from airflow_cdc_provider.formats.events import (
     Q_MISSING_TABLE,
     Q_UNKNOWN_OP,
 )
+from airflow_cdc_provider.spark.arrow_rows import ArrowRows
 
 CONTAINER_MAGIC = b"Obj\x01"
 LAYOUT_JSON_LINES = "json-lines"
@@ -124,26 +125,6 @@ def decode_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
                 yield out.flush()
     if len(out):
         yield out.flush()
-
-
-class ArrowRows:
-    """Output rows of a ``mapInArrow`` worker gathered column by column, flushed as one Arrow batch."""
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-        self._data: dict[str, list[Any]] = {name: [] for name in schema.names}
-
-    def __len__(self) -> int:
-        return len(self._data[self.schema.names[0]])
-
-    def append(self, row: dict[str, Any]) -> None:
-        for name, values in self._data.items():
-            values.append(row.get(name))
-
-    def flush(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(self._data, schema=self.schema)
-        self._data = {name: [] for name in self.schema.names}
-        return batch
 
 
 class _Columns(ArrowRows):

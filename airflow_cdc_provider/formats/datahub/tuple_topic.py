@@ -29,8 +29,18 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.common.tabular import (
+    KIND_CSV,
+    KIND_JSON,
+    KIND_PARQUET,
+    column_expr,
+    declared_type,
+    landing_kind,
+    parquet_frames,
+)
+from airflow_cdc_provider.formats.datahub.pairing import attach_before_images
 from airflow_cdc_provider.formats.events import (
     IGNORED_TOMBSTONE,
     IGNORED_UPDATE_BEFORE,
@@ -52,18 +62,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     dotted_table,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.tabular import (
-    KIND_CSV,
-    KIND_JSON,
-    KIND_PARQUET,
-    column_expr,
-    declared_type,
-    landing_kind,
-    parquet_frames,
-)
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile, read_records
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # Not yet in events.py (see the report): the first half of an update pair, counted as ignored
 # because its row travels with the second half as the update's before image.
@@ -318,33 +319,6 @@ def event_ms_from_text(text: Expr) -> tuple[Expr, Expr]:
     from_text = E.unix_millis(E.try_to_timestamp(trimmed))
     ms = E.when(number.isNotNull(), from_number).otherwise(from_text)
     return ms, text.isNotNull() & (trimmed != "") & ms.isNull()
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared by both DataHub formats: pairing the two halves of an update.
-
-
-def attach_before_images(
-    rows: DataFrame,
-    *,
-    before_half: Expr,
-    after_half: Expr,
-    group: list[Expr],
-    image: Expr,
-    order: Expr,
-) -> DataFrame:
-    """Add ``paired_before``: for an after half, the image of the before half of the same group.
-
-    One window, no join: rows are partitioned by ``group`` (table and sequence id) for the halves
-    and by their own file position otherwise, so every record stays exactly one row and no group
-    is skewed. Splitting the halves off with a filter and a union would shuffle less, but Spark
-    pushes such filters down into the decoding expressions and reads and parses the landing twice.
-    """
-    is_half = E.coalesce(before_half | after_half, E.lit(False))
-    partition = [*group, E.when(~is_half, E.col("file")), E.when(~is_half, E.col("file_pos"))]
-    first = E.min_by(E.when(before_half, image), E.when(before_half, order))
-    paired = first.over(f"PARTITION BY {', '.join(p.sql for p in partition)}")
-    return rows.select("*", E.when(after_half, paired).alias("paired_before").column())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ precision) and ``connect.type`` (``int8``, ``int16``). Standard Avro logical typ
 This module turns an Avro schema back into the Connect schema block and each record back into the
 JSON payload the JsonConverter writes (bytes and decimals as Base64, dates as epoch days,
 timestamps as epoch numbers), so the ``debezium-json`` decoder types, orders and positions them
-(``formats/kafka_connect.py``, ``formats/debezium.py``): one mapping for every Debezium landing.
+(``formats/common/kafka_connect.py``, ``formats/debezium/envelope.py``): one mapping for every Debezium landing.
 
 It runs in Spark's Python workers (``decode_batches``, through ``mapInArrow``) and on the driver
 (the schema block of a Parquet landing): plain Python, no Spark session.
@@ -29,8 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_cdc_provider.formats.dts_avro.records import ArrowRows
 from airflow_cdc_provider.formats.events import Q_BAD_AVRO
+from airflow_cdc_provider.spark.arrow_rows import ArrowRows
 
 DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
 # Avro logical types -> the Connect logical name that means the same (AvroData's mapping; the

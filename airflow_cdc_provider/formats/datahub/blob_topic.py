@@ -35,17 +35,16 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.datahub_tuple import (
-    IGNORED_UPDATE_BEFORE,
-    attach_before_images,
-)
+from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.common.values import failed_conversions, text_to_variant
+from airflow_cdc_provider.formats.datahub.pairing import attach_before_images
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
     IGNORED_TOMBSTONE,
     IGNORED_TRANSACTION,
+    IGNORED_UPDATE_BEFORE,
     KIND_CHANGE,
     KIND_IGNORED,
     KIND_QUARANTINED,
@@ -66,10 +65,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import failed_conversions, text_to_variant
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 FULL_LOAD_SEQUENCE_ID = -1
 

@@ -9,9 +9,9 @@ and the second on its ``before`` image (the dropped columns, as nulls); ``replay
 
 from __future__ import annotations
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import IMAGE_TYPE
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _NOT_A_COLUMN = r"(?!(?:INDEX|KEY|PRIMARY|UNIQUE|CONSTRAINT|FOREIGN|FULLTEXT|SPATIAL|PARTITION|CHECK)\b)"
 _ADD_COLUMN = (

@@ -32,8 +32,8 @@ from airflow_cdc_provider.contract.paths import (
     is_hidden,
     unreadable_compression,
 )
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # Files up to this size are read whole (exact line numbers, multi-line documents). Larger ones are
 # read in splits: reading 8 files of 30 MiB whole cost twice Spark's line reader, and a whole file

@@ -30,8 +30,15 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.common.kafka_connect import (
+    ENVELOPE_SCHEMA,
+    column_types,
+    convert_image,
+    image_conversion_failed,
+)
+from airflow_cdc_provider.formats.common.values import not_an_object, object_map
 from airflow_cdc_provider.formats.events import (
     IGNORED_HEARTBEAT,
     IGNORED_TOMBSTONE,
@@ -52,16 +59,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.kafka_connect import (
-    ENVELOPE_SCHEMA,
-    column_types,
-    convert_image,
-    image_conversion_failed,
-)
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import not_an_object, object_map
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _PROPERTY = StructType([StructField("name", StringType()), StructField("value", StringType())])
 # Scalars are read as text and converted with try_cast; images as variants, checked for being objects.

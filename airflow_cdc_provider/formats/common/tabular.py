@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 KIND_JSON, KIND_CSV, KIND_PARQUET, KIND_AVRO = "json", "csv", "parquet", "avro"
 # Parquet types the engine accepts in `types` (simpleString of the Spark type).

@@ -58,8 +58,25 @@ from pyspark.sql.types import (
 )
 
 from airflow_cdc_provider.contract.tables import lookup, qualify
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import (
+    CORRUPT,
+    images_not_objects,
+    parse_json_records,
+    unparsable_reason,
+)
+from airflow_cdc_provider.formats.common.tabular import (
+    KIND_CSV,
+    KIND_JSON,
+    KIND_PARQUET,
+    base_name,
+    column_expr,
+    declared_type,
+    landing_kind,
+    parquet_footers,
+    parquet_frames,
+)
+from airflow_cdc_provider.formats.common.values import REPLICATE_TYPES, failed_conversions, text_image
 from airflow_cdc_provider.formats.events import (
     CANONICAL_EVENT_SCHEMA,
     IGNORED_DDL,
@@ -87,27 +104,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import (
-    CORRUPT,
-    images_not_objects,
-    parse_json_records,
-    unparsable_reason,
-)
-from airflow_cdc_provider.formats.kafka_connect import let
-from airflow_cdc_provider.formats.landed_files import LandedFile, LandingError, read_records
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.tabular import (
-    KIND_CSV,
-    KIND_JSON,
-    KIND_PARQUET,
-    base_name,
-    column_expr,
-    declared_type,
-    landing_kind,
-    parquet_footers,
-    parquet_frames,
-)
-from airflow_cdc_provider.formats.values import REPLICATE_TYPES, failed_conversions, text_image
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile, LandingError, read_records
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 DEFINITION_FILE = "dms_table_definition.json"
 OP_COLUMN = "Op"
@@ -482,7 +481,7 @@ def _csv_fields(text: Expr, width: int) -> Expr:
     """The ``width`` fields of a CSV line as an array, or null when it has another number of fields."""
     options = E.map(*[E.lit(part) for item in _CSV_OPTIONS.items() for part in item])
     parsed = E.call("from_csv", text, E.lit(_csv_schema(width)), options)
-    return let(
+    return E.let(
         parsed,
         lambda p: E.when(p.isNotNull() & p[CORRUPT].isNull(), E.array(*[p[f"c{i}"] for i in range(width)])),
     )

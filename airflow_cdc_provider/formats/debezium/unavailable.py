@@ -19,8 +19,8 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _NO_COLUMNS = "array<string>"
 # Characters no JSON writer escapes (Jackson, Gson, Python's json, Spark's to_json): a placeholder's

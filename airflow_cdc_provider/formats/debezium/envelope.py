@@ -1,6 +1,7 @@
-"""Debezium JSON: open-source Debezium, Lindorm (SQL and HBase tables) and Huawei CDL 2.0.
+"""The Debezium envelope, shared by the family's decoders (JSON lines, Avro and Parquet, MongoDB).
 
-One decoder covers every flavour because they share the envelope (``op``, ``before``, ``after``,
+The JSON flavours are open-source Debezium, Lindorm (SQL and HBase tables) and Huawei CDL 2.0. One
+decoder covers every flavour because they share the envelope (``op``, ``before``, ``after``,
 ``source``, ``ts_ms``), with or without the Kafka Connect ``schema`` block, wrapped in ``payload``
 or bare. What differs is where the table name, the log position and the key come from, and each
 is a ``coalesce`` over the places a flavour puts it.
@@ -8,7 +9,7 @@ is a ``coalesce`` over the places a flavour puts it.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql.types import (
     IntegerType,
     LongType,
@@ -17,8 +18,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.base import DecodeOptions
+from airflow_cdc_provider.formats.common.jsonlines import images_not_objects
+from airflow_cdc_provider.formats.common.kafka_connect import (
+    ENVELOPE_SCHEMA,
+    column_types,
+    convert_image,
+    image_conversion_failed,
+)
+from airflow_cdc_provider.formats.debezium.unavailable import placeholder_columns, without_columns
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
@@ -44,16 +52,8 @@ from airflow_cdc_provider.formats.events import (
     classify,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.kafka_connect import (
-    ENVELOPE_SCHEMA,
-    column_types,
-    convert_image,
-    image_conversion_failed,
-)
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.unavailable import placeholder_columns, without_columns
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _SOURCE = StructType(
     [
@@ -184,19 +184,6 @@ def envelope_op(raw: Expr, snapshot: Expr, ops: dict[str, str] = _OPS) -> Expr:
         if code != "c":
             mapped = mapped.when(raw == code, E.lit(op))
     return E.when((raw == "c") & E.lower(snapshot).isin(*_SNAPSHOT_TRUE), E.lit(OP_READ)).otherwise(mapped)
-
-
-class DebeziumJsonDecoder(Decoder):
-    name = "debezium-json"
-    description = (
-        "Debezium JSON envelope with or without the schema block: open-source Debezium (MySQL, PostgreSQL, "
-        "Oracle, SQL Server), Lindorm SQL and HBase tables, Huawei CDL message_version 2.0"
-    )
-    needs = "--key (except Lindorm HBase tables, keyed by ROW, and CDL records carrying `unique`)"
-    transaction_ids = True
-
-    def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
-        return envelope_events(parse_json_records(spark, files, RECORD_SCHEMA), options)
 
 
 def _declared_columns(fields: Expr) -> Expr:

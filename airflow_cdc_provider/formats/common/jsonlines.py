@@ -23,7 +23,6 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.events import (
     Q_NOT_JSON,
     Q_NOT_OBJECT,
@@ -32,8 +31,9 @@ from airflow_cdc_provider.formats.events import (
     Q_TRUNCATED,
     Q_TYPE_MISMATCH,
 )
-from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile, read_records
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 CORRUPT = "_corrupt_record"
 # Spark's variant size limit (16 MiB): a record longer than this cannot hold a decodable image.

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 

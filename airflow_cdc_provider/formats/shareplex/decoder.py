@@ -16,8 +16,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_TOMBSTONE,
@@ -43,9 +43,9 @@ from airflow_cdc_provider.formats.events import (
     overlay,
     table_matches,
 )
-from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _META_FIELDS = ("time", "userid", "op", "scn", "rowid", "trans", "seq", "size", "table", "idx", "posttime")
 RECORD_SCHEMA = StructType(
@@ -87,14 +87,9 @@ _OPS = {
 }
 
 
-def _lookup(table: dict[str, str], key: Expr) -> Expr:
-    literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
-    return E.try_element_at(literal, key)
-
-
 def _op(raw: Expr) -> Expr:
     normalised = E.regexp_replace(E.upper(E.trim(raw)), r"[\s_]+", " ")
-    return _lookup(_OPS, normalised)
+    return E.lookup(_OPS, normalised)
 
 
 def event_millis(time: Expr) -> Expr:

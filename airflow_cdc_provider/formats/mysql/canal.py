@@ -39,9 +39,10 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
+from airflow_cdc_provider.formats.common.ddl import added_columns, dropped_columns
+from airflow_cdc_provider.formats.common.jsonlines import images_not_objects, parse_json_records
+from airflow_cdc_provider.formats.common.values import aligned_values, failed_conversions, text_to_variant
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
@@ -68,10 +69,10 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile, first_records
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import aligned_values, failed_conversions, text_to_variant
+from airflow_cdc_provider.formats.mysql.declared_types import EMPTY_TEXT_MAP, declared_types, empty_text_map
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile, first_records
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 TEXT_ROW = MapType(StringType(), StringType())
 JSON_ROW = MapType(StringType(), VariantType())
@@ -103,79 +104,10 @@ _DDL_TYPES = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX",
 _HEARTBEAT_TYPES = ("MHEARTBEAT", "HEARTBEAT")
 _TRANSACTION_TYPES = ("GTID", "XACOMMIT", "XAROLLBACK", "BEGIN", "COMMIT", "ROLLBACK")
 
-# MySQL type names (lower case, without length) -> Spark type; the integer ones widen when unsigned.
-_MYSQL_SIGNED = {
-    "tinyint": "tinyint",
-    "smallint": "smallint",
-    "mediumint": "int",
-    "int": "int",
-    "integer": "int",
-    "bigint": "bigint",
-}
-_MYSQL_UNSIGNED = {
-    "tinyint": "smallint",
-    "smallint": "int",
-    "mediumint": "int",
-    "int": "bigint",
-    "integer": "bigint",
-    "bigint": "decimal(20,0)",
-}
-_MYSQL_PLAIN = {
-    **{t: "double" for t in ("double", "double precision", "real")},
-    **{t: "boolean" for t in ("bool", "boolean")},
-    **{
-        t: "string"
-        for t in (
-            "char",
-            "varchar",
-            "character",
-            "character varying",
-            "nchar",
-            "nvarchar",
-            "tinytext",
-            "text",
-            "mediumtext",
-            "longtext",
-            "enum",
-            "set",
-            "json",
-            "time",
-        )
-    },
-    **{t: "binary" for t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")},
-    "date": "date",
-    "datetime": "timestamp",
-    "timestamp": "timestamp",
-    "year": "int",
-}
-_DECIMAL_NAMES = ("decimal", "numeric", "dec", "fixed")
-# java.sql.Types codes (sqlType) -> Spark type, for columns whose mysqlType is missing or unknown.
-_JDBC = {
-    "-7": "boolean",
-    "16": "boolean",
-    "-6": "tinyint",
-    "5": "smallint",
-    "4": "int",
-    "-5": "bigint",
-    "7": "float",
-    "6": "double",
-    "8": "double",
-    "2": "decimal(38,10)",
-    "3": "decimal(38,10)",
-    "91": "date",
-    "93": "timestamp",
-    "2014": "timestamp",
-    **{c: "binary" for c in ("-2", "-3", "-4", "2004")},
-}
 # The same rows with JSON values, for the records that have columns no type declares.
 JSON_ROWS_SCHEMA = StructType(
     [StructField("data", ArrayType(JSON_ROW)), StructField("old", ArrayType(JSON_ROW))]
 )
-_EMPTY_TEXT_MAP = "map<string,string>"
-
-
-def _empty_text_map() -> Expr:
-    return E.map().cast(_EMPTY_TEXT_MAP)
 
 
 def _ddl_flagged(message: Expr) -> Expr:
@@ -188,11 +120,6 @@ def _ddl_message(message: Expr) -> Expr:
     return _ddl_flagged(message) | E.upper(E.trim(message["type"])).isin(*_DDL_TYPES)
 
 
-def _lookup(table: dict[str, str], key: Expr) -> Expr:
-    """``table[key]`` as one map literal (null for unknown keys), not a chain of ``when``."""
-    return E.try_element_at(_string_map(tuple(table), tuple(table.values())), key)
-
-
 def _strings(values: tuple[str, ...]) -> Expr:
     return E.array(*[E.lit(v) for v in values]).cast("array<string>")
 
@@ -200,71 +127,6 @@ def _strings(values: tuple[str, ...]) -> Expr:
 def _string_map(keys: tuple[str, ...], values: tuple[str, ...]) -> Expr:
     """A ``map<string,string>`` literal, entries in the order given."""
     return E.map_from_arrays(_strings(keys), _strings(values))
-
-
-def _lowered(mysql_type: Expr) -> Expr:
-    return E.lower(E.trim(mysql_type))
-
-
-def _type_base(low: Expr) -> Expr:
-    """``bigint`` of ``bigint(20) unsigned``, ``double precision`` of itself."""
-    return E.regexp_extract(low, r"^([a-z]+(?: precision| varying)?)", 1)
-
-
-def mysql_spark_type(mysql_type: Expr, base: Expr | None = None) -> Expr:
-    """A MySQL column type as Canal writes it (``bigint(20) unsigned``, ``NUMERIC(8,3)``) -> Spark type.
-
-    Null for names it does not know, so the caller can fall back to ``sqlType``. ``base``
-    (``_type_base``) when the caller has it: inside a lambda Spark would evaluate the regular
-    expression again at every use.
-    """
-    low = _lowered(mysql_type)
-    base = _type_base(low) if base is None else base
-    first = E.regexp_extract(low, r"\(\s*(\d+)", 1).try_cast("int")
-    second = E.regexp_extract(low, r"\(\s*\d+\s*,\s*(\d+)", 1).try_cast("int")
-    precision = E.least(E.coalesce(first, E.lit(10)), E.lit(38))
-    scale = E.least(E.coalesce(second, E.lit(0)), precision)
-    integral = E.when(low.contains("unsigned"), _lookup(_MYSQL_UNSIGNED, base)).otherwise(
-        _lookup(_MYSQL_SIGNED, base)
-    )
-    return (
-        E.when(base.isin(*_DECIMAL_NAMES), E.format_string("decimal(%d,%d)", precision, scale))
-        # FLOAT(p) with p > 24 is a double in MySQL; FLOAT(M,D) stays single precision.
-        .when((base == "float") & (first > 24) & second.isNull(), E.lit("double"))
-        .when(base == "float", E.lit("float"))
-        .when((base == "bit") & (E.coalesce(first, E.lit(1)) == 1), E.lit("boolean"))
-        .when(base == "bit", E.lit("bigint"))
-        .otherwise(E.coalesce(integral, _lookup(_MYSQL_PLAIN, base)))
-    )
-
-
-def jdbc_spark_type(code: Expr) -> Expr:
-    """A java.sql.Types code (Canal's ``sqlType``) -> Spark type; other codes are text."""
-    return E.when(code.isNotNull(), E.coalesce(_lookup(_JDBC, E.trim(code)), E.lit("string")))
-
-
-def declared_types(mysql_types: Expr, sql_types: Expr) -> Expr:
-    """``map<column, spark type>`` for every column the message declares (null when none)."""
-    mysql_or_empty = E.coalesce(mysql_types, _empty_text_map())
-    bases = E.transform(E.map_values(mysql_or_empty), lambda t: _type_base(_lowered(t)))
-    spark_types = E.zip_with(
-        E.map_entries(mysql_or_empty),
-        bases,
-        lambda e, base: E.coalesce(
-            mysql_spark_type(e["value"], base),
-            jdbc_spark_type(E.try_element_at(sql_types, e["key"])),
-            E.lit("string"),
-        ),
-    )
-    from_mysql = E.map_from_arrays(E.map_keys(mysql_or_empty), spark_types)
-    only_jdbc = E.transform_values(
-        E.map_filter(
-            E.coalesce(sql_types, _empty_text_map()),
-            lambda k, c: c.isNotNull() & ~E.map_contains_key(mysql_or_empty, k),
-        ),
-        lambda k, c: jdbc_spark_type(c),
-    )
-    return E.when(mysql_types.isNotNull() | sql_types.isNotNull(), E.map_concat(from_mysql, only_jdbc))
 
 
 def _latin1_bytes(text: Expr) -> Expr:
@@ -449,7 +311,7 @@ class _Specialised:
 
     def types(self, index: Expr) -> Expr:
         """The signature's types, as ``declared_types`` gives them."""
-        chosen = E.null(_EMPTY_TEXT_MAP)
+        chosen = E.null(EMPTY_TEXT_MAP)
         for i, s in reversed(list(enumerate(self.signatures))):
             chosen = E.when(index == i, s.type_map()).otherwise(chosen)
         return chosen
@@ -508,7 +370,7 @@ class CanalJsonDecoder(Decoder):
         """Per message: op, where its rows are, its declared type names, its position."""
         j = E.col("j")
         kind_type = E.upper(E.trim(j["type"]))
-        op = E.when(~_ddl_flagged(j), _lookup(_ROW_OPS, kind_type))
+        op = E.when(~_ddl_flagged(j), E.lookup(_ROW_OPS, kind_type))
         # Before 2022-03-20 DTS put a DELETE's rows in `old` and left `data` null.
         old_layout = (op == OP_DELETE) & j["data"].isNull() & j["old"].isNotNull()
         is_ddl_event = _ddl_message(j)
@@ -569,7 +431,7 @@ class CanalJsonDecoder(Decoder):
             ),
         )
         # An `old` entry that is JSON null has no values.
-        old_rows = E.transform("old_source", lambda m: E.coalesce(m, _empty_text_map()))
+        old_rows = E.transform("old_source", lambda m: E.coalesce(m, empty_text_map()))
         staged = staged.select(
             *[c for c in staged.columns if c != "old_source"],
             *E.columns(

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
-from airflow_cdc_provider.formats import sqlexpr as E
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # The column level of a Connect struct schema.
 COLUMN_SCHEMA = StructType(
@@ -104,11 +104,6 @@ def column_types(columns: Expr) -> Expr:
     return E.when(columns.isNull(), E.lit(None)).otherwise(E.map_from_entries(E.transform(columns, entry)))
 
 
-def let(value: Expr, body) -> Expr:
-    """Bind ``value`` once and use it in ``body`` (a lambda), instead of copying its expression."""
-    return E.transform(E.array(value), body)[0]
-
-
 def _decimal_from_base64(b64: Expr, scale: Expr) -> Expr:
     """Two's-complement big-endian bytes (Base64) with a scale -> exact decimal variant.
 
@@ -133,7 +128,7 @@ def _decimal_from_base64(b64: Expr, scale: Expr) -> Expr:
     def to_text(u: Expr) -> Expr:
         s = scale.cast("int")
         digits = E.lpad(E.abs(u).cast("string"), E.greatest(E.length(E.abs(u).cast("string")), s + 1), "0")
-        return let(
+        return E.let(
             digits,
             lambda d: E.concat(
                 E.when(u < 0, E.lit("-")).otherwise(E.lit("")),
@@ -144,8 +139,8 @@ def _decimal_from_base64(b64: Expr, scale: Expr) -> Expr:
             ),
         )
 
-    unscaled = let(E.hex(E.try_to_binary(b64, "base64")), from_hex)
-    return let(unscaled, lambda u: E.when(u.isNotNull(), E.try_parse_json(to_text(u))))
+    unscaled = E.let(E.hex(E.try_to_binary(b64, "base64")), from_hex)
+    return E.let(unscaled, lambda u: E.when(u.isNotNull(), E.try_parse_json(to_text(u))))
 
 
 _NUMBER_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT", "DECIMAL", "DOUBLE", "FLOAT")
@@ -171,7 +166,7 @@ def _decimal_value(v: Expr, scale: Expr) -> Expr:
     text = E.try_variant_get(v, "$", "string")
     # Re-parsing the number's text keeps every digit: JSON numbers land as exact decimals, and a
     # value the parser held as a double (exponent form) becomes a decimal when its text is one.
-    as_number = let(E.try_parse_json(E.trim(text)), lambda n: E.when(_is_number(n), n))
+    as_number = E.let(E.try_parse_json(E.trim(text)), lambda n: E.when(_is_number(n), n))
     is_string = E.schema_of_variant(v) == "STRING"
     return (
         E.when(_is_number(v), as_number)

@@ -54,9 +54,9 @@ from pyspark.sql.types import (
     VariantType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.debezium import Envelope, envelope_op
+from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.debezium.envelope import Envelope, envelope_op
 from airflow_cdc_provider.formats.events import (
     IGNORED_HEARTBEAT,
     IGNORED_KAFKA_KEY,
@@ -81,10 +81,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.kafka_connect import let
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 KEY_COLUMN = "_id"
 # A Kafka key line is short; longer lines are never taken for one (and are not re-parsed to check).
@@ -183,7 +182,7 @@ def _uuid_text(b64: Expr) -> Expr:
         return E.when(E.length(h) == 32, E.concat_ws("-", *parts))
 
     # The hex digits decoded once, not once per part.
-    return let(E.lower(E.hex(E.try_to_binary(b64, "base64"))), dashed)
+    return E.let(E.lower(E.hex(E.try_to_binary(b64, "base64"))), dashed)
 
 
 def _decimal_type(text: Expr) -> Expr:

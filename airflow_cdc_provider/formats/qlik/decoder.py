@@ -41,8 +41,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
+from airflow_cdc_provider.formats.common.values import (
+    REPLICATE_TYPES,
+    failed_conversions,
+    not_an_object,
+    object_map,
+    text_to_variant,
+)
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_TOMBSTONE,
@@ -63,16 +70,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile, read_records
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import (
-    REPLICATE_TYPES,
-    failed_conversions,
-    not_an_object,
-    object_map,
-    text_to_variant,
-)
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile, read_records
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 
 def _strings(*names: str) -> StructType:

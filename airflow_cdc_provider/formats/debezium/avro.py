@@ -33,27 +33,27 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.connect_avro import (
-    DECIMAL_NAME,
-    DECODED_DDL,
-    AvroSchema,
-    connect_field,
-    decode_batches,
-)
-from airflow_cdc_provider.formats.debezium import RECORD_SCHEMA, envelope_events
-from airflow_cdc_provider.formats.events import Q_BAD_PARQUET
-from airflow_cdc_provider.formats.jsonlines import CORRUPT, diagnose
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.tabular import (
+from airflow_cdc_provider.formats.common.jsonlines import CORRUPT, diagnose
+from airflow_cdc_provider.formats.common.tabular import (
     KIND_PARQUET,
     column_expr,
     landing_kind,
     parquet_footers,
     parquet_frames,
 )
+from airflow_cdc_provider.formats.debezium.connect_avro import (
+    DECIMAL_NAME,
+    DECODED_DDL,
+    AvroSchema,
+    connect_field,
+    decode_batches,
+)
+from airflow_cdc_provider.formats.debezium.envelope import RECORD_SCHEMA, envelope_events
+from airflow_cdc_provider.formats.events import Q_BAD_PARQUET
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 AVRO_SCHEMA_KEY = "parquet.avro.schema"  # where parquet-avro writers keep the Avro schema
 _ENVELOPE_COLUMNS = ("op", "ts_ms", "before", "after", "source", "transaction")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import Column
@@ -429,6 +429,16 @@ def from_json(text: Any, schema: str | DataType, options: dict[str, str] | None 
 
 def try_to_binary(text: Any, fmt: str) -> Expr:
     return call("try_to_binary", text, lit(fmt))
+
+
+def lookup(table: Mapping[str, str], key: Any) -> Expr:
+    """``table[key]`` as one map literal (null for keys it lacks), not a chain of ``when``."""
+    return try_element_at(call("map", *[lit(x) for pair in table.items() for x in pair]), key)
+
+
+def let(value: Any, body: Callable[[Expr], Expr]) -> Expr:
+    """Bind ``value`` once and use it in ``body`` (a lambda), instead of copying its expression."""
+    return call("transform", call("array", value), body)[0]
 
 
 def __getattr__(function: str) -> Callable[..., Expr]:

@@ -23,10 +23,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
-from airflow_cdc_provider.formats.canal import declared_types
-from airflow_cdc_provider.formats.ddl import added_columns, dropped_columns
+from airflow_cdc_provider.formats.common.ddl import added_columns, dropped_columns
+from airflow_cdc_provider.formats.common.jsonlines import images_not_objects, parse_json_records
+from airflow_cdc_provider.formats.common.values import digits_number, object_map
 from airflow_cdc_provider.formats.events import (
     IGNORED_BOOTSTRAP,
     IGNORED_DDL,
@@ -51,10 +51,10 @@ from airflow_cdc_provider.formats.events import (
     overlay,
     qualified_table,
 )
-from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
-from airflow_cdc_provider.formats.values import digits_number, object_map
+from airflow_cdc_provider.formats.mysql.declared_types import declared_types
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _IMAGE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
@@ -91,11 +91,6 @@ _DDL_TYPES = (
 )
 # The commit row of a transaction carries no xoffset: it is the transaction's last row.
 _COMMIT_ROW = 1 << 62
-
-
-def _lookup(table: dict[str, str], key: Expr) -> Expr:
-    literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
-    return E.try_element_at(literal, key)
 
 
 def seconds_or_millis(text: Expr) -> Expr:
@@ -185,7 +180,7 @@ class MaxwellJsonDecoder(Decoder):
                 j["type"].alias("type_text"),
                 type_.alias("type"),
                 is_ddl.alias("is_ddl"),
-                E.when(~is_ddl, _lookup(_ROW_OPS, type_)).alias("op"),
+                E.when(~is_ddl, E.lookup(_ROW_OPS, type_)).alias("op"),
                 E.when(j["table"].isNotNull(), qualified_table(j["database"], j["table"])).alias("table"),
                 j["ts"].alias("ts_text"),
                 ts_ms.alias("event_ms"),

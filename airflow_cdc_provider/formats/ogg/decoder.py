@@ -33,8 +33,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats import sqlexpr as E
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.common.jsonlines import images_not_objects, parse_json_records
 from airflow_cdc_provider.formats.events import (
     IGNORED_TOMBSTONE,
     KIND_CHANGE,
@@ -55,9 +55,9 @@ from airflow_cdc_provider.formats.events import (
     classify,
     dotted_table,
 )
-from airflow_cdc_provider.formats.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.landed_files import LandedFile
-from airflow_cdc_provider.formats.sqlexpr import Expr
+from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.sqlexpr import Expr
 
 _IMAGE = MapType(StringType(), VariantType())
 RECORD_SCHEMA = StructType(
@@ -88,11 +88,6 @@ _OPS = {
 _POS_DIGITS = 36
 # GoldenGate's missing-column flag of column COL is the field COL_isMissing of the same image.
 MISSING_FLAG_SUFFIX = "_isMissing"
-
-
-def _lookup(table: dict[str, str], key: Expr) -> Expr:
-    literal = E.map(*[E.lit(x) for pair in table.items() for x in pair])
-    return E.try_element_at(literal, key)
 
 
 def op_millis(text: Expr) -> Expr:
@@ -174,7 +169,7 @@ class OggJsonDecoder(Decoder):
         j = E.col("j")
         staged = _flags_removed(parsed, j["before"], j["after"])
         op_text = E.upper(E.trim(j["op_type"]))
-        op = _lookup(_OPS, op_text)
+        op = E.lookup(_OPS, op_text)
         before, after = E.col("_before"), E.col("_after")
         table = E.when(E.trim(j["table"]) != "", dotted_table(E.trim(j["table"])))
         event_ms = op_millis(j["op_ts"])

@@ -1,0 +1,1 @@
+"""AWS DMS CSV and JSON landings (``--format aws-dms``)."""

@@ -1,0 +1,1 @@
+"""Huawei MRS CDL JSON, ``message_version`` 1.0 (``--format cdl-json``)."""

@@ -1,0 +1,1 @@
+"""Oracle GoldenGate JSON (``--format ogg-json``)."""

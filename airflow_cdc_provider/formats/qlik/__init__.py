@@ -1,0 +1,1 @@
+"""Qlik Replicate JSON (``--format qlik-json``)."""

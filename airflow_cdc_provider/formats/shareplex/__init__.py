@@ -1,0 +1,1 @@
+"""Shareplex JSON as Alibaba DTS writes it (``--format shareplex-json``)."""
