@@ -3,7 +3,7 @@
     python -m benchmarks.cold                    # median of 3, as a user runs it
     python -m benchmarks.cold --without-archive  # the same, as if no class archive were built
 
-Issue 14's target for the quickstart's 305 events is 12 s of wall clock, session start included.
+The target for the quickstart's 305 events is 12 s of wall clock, session start included.
 Each run is a fresh ``cdc-replay snapshot`` process (the console script beside this interpreter);
 its row counts are checked against ``sample_data/expected.json``. ``--without-archive`` points
 ``CDC_REPLAY_CACHE_DIR`` at an empty folder, so the driver's JVM starts without the class archive

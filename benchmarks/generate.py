@@ -4,7 +4,7 @@
 
 A history of ``--events`` inserts, updates and deletes over ``--keys`` keys (spread over
 ``--tables`` tables by ``key % tables``) is written in one source format with the record encoders
-of the test suite (``tests/reliability/histories.py``: one way to write each format). Event ``n``
+the tests use (``reference/histories.py``: one way to write each format). Event ``n``
 has log position ``n`` and event time ``T0 + n`` seconds. Deterministic for a seed; streamed to
 the files, so memory holds only the live keys and the late events not yet landed.
 
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tests.reliability.histories import (
+from reference.histories import (
     DELETE,
     ENCODERS,
     FILE_ENCODERS,

@@ -1,7 +1,6 @@
-"""(v): the rebuild issue 14 sketches, at its smallest, as the floor of that design on the same files.
+"""(v): the prototype rebuild, the replay's design at its smallest: that design's floor on the same files.
 
-It is the shape the issue measured before its targets were set, plus the order-dependent counts
-the issue asks to come from a window:
+It is the plainest rebuild of that design, with the order-dependent counts from a window:
 
 * one scan: the text read once, each line parsed by ``from_json`` into an envelope whose ``before``
   and ``after`` are VARIANT objects; the key by a static ``variant_get``;
@@ -14,7 +13,7 @@ the issue asks to come from a window:
 
 It has none of the rebuild's other guarantees: no quarantine or classification of bad records,
 no key changes, no partial images, no log positions beyond the generator's, no line numbers, no
-metrics file, no atomic commit. Its time says what the issue's design costs before any of them.
+metrics file, no atomic commit. Its time says what the design costs before any of them.
 It reads the generator's Debezium envelopes only (``source.file``, ``pos``, ``row``; one key column).
 """
 

@@ -15,15 +15,15 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
     written as Parquet.
 (c) the ``cdc-replay`` rebuild (``run_snapshot``), its row count checked against the generator's.
 (d) DuckDB, 2 threads, running the query of (b) (debezium-json only).
-(v) ``--prototype``: the rebuild issue 14 sketches, at its smallest (``benchmarks.prototype``):
+(v) ``--prototype``: the prototype rebuild, the design at its smallest (``benchmarks.prototype``):
     VARIANT images, one window and one aggregation per key, typed at the end; none of the
     rebuild's other guarantees. The floor of that design on these files (debezium-json only).
 (e) an incremental rebuild (``--base``) when ``--incremental-share`` of the applied events are new:
     a base is built (untimed, ``keep_state``) as of the instant that leaves that share after it,
     then the rebuild to AS OF starts from it. Its target is e/c <= 0.25 for 1% new events.
 (f) ``--as-ofs N`` snapshots from one scan (``run_snapshots``), their AS OFs spread evenly over the
-    landing's time range, the last one at AS OF (its rows checked like (c)'s). Issue 17's target
-    is f/c <= 2 for 30 AS OFs. Off unless asked for (``--as-ofs 0``, the default).
+    landing's time range, the last one at AS OF (its rows checked like (c)'s). The target for
+    30 AS OFs is f/c <= 2. Off unless asked for (``--as-ofs 0``, the default).
 (g) ``--history``: the history up to AS OF (``run_history``, every version of every row), its
     current versions checked like (c)'s rows. Off unless asked for.
 
@@ -64,8 +64,10 @@ from pyspark.sql.types import (
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.paths import is_hidden
-from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.runs.history import run_history
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec, spec_from_keywords
 from airflow_cdc_provider.spark.session import build_session
 from benchmarks.generate import (
     WRITERS,
@@ -81,7 +83,7 @@ SAMPLE_LINES_PER_FILE = 2_000
 SAMPLE_FILES = 16
 WINDOW_FORMATS = ("debezium-json",)  # formats (b), (d) and (v) are written for
 DUCKDB_THREADS = 2
-# Issue 14's targets for a format's rebuild speed, as a share of debezium-json's events per second.
+# The targets for a format's rebuild speed, as a share of debezium-json's events per second.
 JSON_SHARE, PYTHON_DECODED_SHARE = 0.7, 0.5
 PYTHON_DECODED = ("dts-avro",)
 LABELS = {
@@ -89,7 +91,7 @@ LABELS = {
     "b": "(b) Spark window job",
     "c": "(c) cdc-replay rebuild",
     "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
-    "v": "(v) issue 14's prototype",
+    "v": "(v) the prototype rebuild",
     "e": "(e) incremental rebuild",
     "f": "(f) several AS OFs",
     "g": "(g) history",
@@ -210,7 +212,7 @@ def rebuild(spark: SparkSession, landing: Landing, out: Path, as_of_ms: int | No
     """(c): the cdc-replay rebuild as the job runs it; return its metrics."""
     return run_snapshot(
         spark,
-        SnapshotSpec.from_args(
+        spec_from_keywords(
             source_format=landing.source_format,
             inputs=[str(landing.root)],
             as_of=landing.expected["as_of_ms"] if as_of_ms is None else as_of_ms,
@@ -242,7 +244,7 @@ def rebuild_many(spark: SparkSession, landing: Landing, out: Path, as_ofs: list[
         as_of=as_ofs,
         key_columns=landing.expected["key"],
     )
-    return run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+    return run_snapshots(spark, SnapshotSpec.each_from_args(args))
 
 
 def history(spark: SparkSession, landing: Landing, out: Path) -> dict:
@@ -255,7 +257,7 @@ def history(spark: SparkSession, landing: Landing, out: Path) -> dict:
         key_columns=landing.expected["key"],
         history=True,
     )
-    return run_history(spark, SnapshotSpec.from_job_args(args))
+    return run_history(spark, SnapshotSpec.each_from_args(args)[0])
 
 
 def base_as_of_ms(landing: Landing, new_share: float) -> int:
@@ -394,7 +396,7 @@ class SparkJobs:
 
 
 def _site(job_name: str) -> str:
-    """``collect at /x/airflow_cdc_provider/replay/engine.py:42`` -> ``collect at replay/engine.py:42``."""
+    """``collect at /x/airflow_cdc_provider/replay/runs/snapshot.py:42`` -> ``collect at replay/runs/snapshot.py:42``."""
     action, _, where = job_name.partition(" at ")
     package = "airflow_cdc_provider/"
     if package in where:
@@ -726,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prototype",
         action="store_true",
-        help="(v): also time issue 14's prototype rebuild (debezium-json only; default: skip)",
+        help="(v): also time the prototype rebuild (debezium-json only; default: skip)",
     )
     parser.add_argument(
         "--compare",

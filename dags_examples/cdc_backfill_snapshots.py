@@ -11,7 +11,7 @@ list of those metrics, and its asset event lists every snapshot it wrote.
 
 Re-running the DAG for a range replaces those days' snapshots and leaves the others alone. One task
 costs far less than a run per day: the landing is listed and decoded once, not once per day (see
-the README's "Several AS OFs" for figures).
+docs/design.md, "Several AS OFs", for figures).
 
 The sensor uses the ``partition`` strategy in ``reschedule`` mode: the range is complete once the
 sink has started the partition of the day after ``last_day``; while it waits it frees its slot.

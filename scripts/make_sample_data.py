@@ -9,9 +9,10 @@ product is built from: Lindorm SQL tables (``"schema": {}`` with a ``payload`` w
 position; seed 000) and Huawei CDL open-source Debezium JSON ``message_version`` 2.0 (full schema
 block, PostgreSQL ``source.lsn``; seed 001).
 
-The expected figures come from a plain-Python fold written here, independently of the replay
-engine, so that the example DAG and its test check the engine against something it did not
-compute itself. Deterministic: the same bytes on every run (``--check`` verifies that).
+The expected figures come from the reference fold (``reference/fold.py``, plain Python written
+apart from the replay engine), so that the example DAG and its test check the engine against
+something it did not compute itself. Deterministic: the same bytes on every run (``--check``
+verifies that).
 
 Usage: python scripts/make_sample_data.py [--check] [--out DIR]
 """
@@ -28,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script: the repository's reference package
+
+from reference import fold  # noqa: E402
+
 SAMPLE_DIR = REPO / "airflow_cdc_provider" / "sample_data"
 SEED = 20240902
 DAY_MS = 24 * 3600 * 1000
@@ -300,7 +305,7 @@ def build_landing(rng: random.Random) -> Landing:
 
 
 # --------------------------------------------------------------------------------------------
-# The independent fold: what a snapshot as of AS_OF must hold
+# What a snapshot as of AS_OF must hold: the landed lines read here, folded by reference.fold
 # --------------------------------------------------------------------------------------------
 
 
@@ -322,72 +327,66 @@ def iso(ms: int) -> str:
 def expected_snapshot(
     files: dict[str, list[str]], as_of_ms: int, key: str = KEY, table: str | None = None
 ) -> dict[str, Any]:
-    """Fold the landed lines per table and key as DESIGN.md section 4 says, in plain Python.
+    """Read the landed lines and fold them per table and key with the reference fold.
 
     ``table`` selects one table (``--table``): records of the others are ignored as "table not
     selected" (before any duplicate check: they are never considered at all). Files in day
     partitions that start after AS OF + the default lateness are not read (``--partitions auto``).
     """
-    events = {"read": 0, "applied": 0, "after_as_of": 0, "ignored": 0, "duplicates": 0, "quarantined": 0}
+    read, ignored_count = 0, 0
     ignored: dict[str, int] = {}
-    seen: set[tuple] = set()
-    changes: list[tuple] = []
+    changes: list[fold.Event] = []
+    ops = {"c": fold.INSERT, "r": fold.INSERT, "u": fold.UPDATE, "d": fold.DELETE}
     for name in sorted(files):
         if _partition_start_ms(name) > as_of_ms + LATENESS_MS:
             continue
         for pos, text in enumerate(files[name]):
             if text.strip() == "" and text != "":
                 continue  # whitespace-only lines are not records
-            events["read"] += 1
+            read += 1
             if text.strip() in ("", "null"):
-                events["ignored"] += 1  # Kafka tombstone
+                ignored_count += 1  # Kafka tombstone
                 ignored["tombstone"] = ignored.get("tombstone", 0) + 1
                 continue
             p = json.loads(text)["payload"]
             src = p["source"]
             if table is not None and table_of(src) != table:
-                events["ignored"] += 1
+                ignored_count += 1
                 ignored["table not selected"] = ignored.get("table not selected", 0) + 1
                 continue
             position = (src.get("lsn"),) if src.get("lsn") is not None else ()
-            identity = (position, src["ts_ms"], text)
-            if identity in seen:
-                events["duplicates"] += 1
-                continue
-            seen.add(identity)
-            if src["ts_ms"] > as_of_ms:
-                events["after_as_of"] += 1
-                continue
-            events["applied"] += 1
             changes.append(
-                (position, src["ts_ms"], name, pos, table_of(src), p["op"], p["before"], p["after"])
+                fold.Event(
+                    ops[p["op"]],
+                    src["ts_ms"],
+                    order=(position, src["ts_ms"], name, pos),
+                    table=table_of(src),
+                    before=p["before"],
+                    after=p["after"],
+                    identity=(position, src["ts_ms"], text),
+                )
             )
-    tables: dict[str, dict[str, Any]] = {}
-    rows: dict[str, dict[Any, dict]] = {}
-    for _pos, ts_ms, _name, _line, table, op, before, after in sorted(changes, key=lambda c: c[:4]):
-        info = tables.setdefault(
-            table, {"rows": 0, "inserts": 0, "updates": 0, "deletes": 0, "last_event_ms": 0}
-        )
-        current = rows.setdefault(table, {})
-        info["last_event_ms"] = max(info["last_event_ms"], ts_ms)
-        if op in ("c", "r"):
-            info["inserts"] += 1
-            current[after[key]] = dict(after)
-        elif op == "u":
-            info["updates"] += 1
-            if before is not None and before[key] != after[key]:
-                current.pop(before[key], None)
-            current[after[key]] = dict(after)  # full image: absent columns become null
-        elif op == "d":
-            info["deletes"] += 1
-            current.pop(before[key], None)
-    columns = {t: sorted({c for r in rs.values() for c in r}) for t, rs in rows.items()}
-    out_rows = {
-        t: [{c: r.get(c) for c in columns[t]} for _, r in sorted(rs.items(), key=lambda kv: str(kv[0]))]
-        for t, rs in rows.items()
+    folded = fold.fold(changes, as_of_ms, key=(key,))
+    events = {
+        "read": read,
+        "applied": folded.events["applied"],
+        "after_as_of": folded.events["after_as_of"],
+        "ignored": ignored_count,
+        "duplicates": folded.events["duplicates"],
+        "quarantined": 0,
     }
-    for t, info in tables.items():
-        info["rows"] = len(out_rows[t])
+    tables: dict[str, dict[str, Any]] = {}
+    out_rows: dict[str, list[dict[str, Any]]] = {}
+    for t in sorted(folded.tables):
+        out_rows[t] = folded.rows(t, order=lambda r: str(r[key]))
+        counts = folded.counts[t]
+        tables[t] = {
+            "rows": len(out_rows[t]),
+            "inserts": counts["inserts"],
+            "updates": counts["updates"],
+            "deletes": counts["deletes"],
+            "last_event_ms": folded.last_event_ms[t],
+        }
     assert sum(v for k, v in events.items() if k != "read") == events["read"]
     return {
         "format": "debezium-json",
@@ -397,8 +396,8 @@ def expected_snapshot(
         "rows": sum(info["rows"] for info in tables.values()),
         "events": events,
         "ignored": dict(sorted(ignored.items())),
-        "tables": dict(sorted(tables.items())),
-        "snapshot": dict(sorted(out_rows.items())),
+        "tables": tables,
+        "snapshot": out_rows,
     }
 
 

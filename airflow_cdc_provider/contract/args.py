@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from airflow_cdc_provider.contract.as_of import normalise_as_ofs, snapshot_folders
 from airflow_cdc_provider.contract.checks import CdcJobArgumentError, _checked
@@ -163,6 +164,86 @@ def _pruning_arguments(partitions: str, timezone: str, lateness: str) -> dict[st
     return values
 
 
+def _format_name(source_format: str) -> str:
+    """The ``--format`` name, one of ``FORMAT_NAMES``."""
+    fmt = _checked("source_format", source_format)
+    if fmt not in FORMAT_NAMES:
+        raise CdcJobArgumentError(f"unknown source_format {fmt!r}; known formats: {', '.join(FORMAT_NAMES)}")
+    return fmt
+
+
+def _input_arguments(input_paths: str | os.PathLike | Iterable[str]) -> tuple[str, ...]:
+    """``--input`` values: at least one, each checked."""
+    inputs = _as_list("input_paths", input_paths)
+    if not inputs:
+        raise CdcJobArgumentError("input_paths must name at least one path")
+    return tuple(inputs)
+
+
+def _instant_arguments(
+    as_of: str | int | datetime | Iterable[str | int | datetime], *, history: bool
+) -> tuple[str, ...]:
+    """The ``--as-of`` values, normalised; a history (``--until``) takes exactly one."""
+    as_ofs = normalise_as_ofs(as_of)
+    if history and len(as_ofs) != 1:
+        raise CdcJobArgumentError(f"a history takes one until instant, got {len(as_ofs)}")
+    return as_ofs
+
+
+def check_option_combinations(
+    *,
+    history: bool,
+    as_of_count: int,
+    base_path: str | os.PathLike | None,
+    keep_state: bool,
+    whole_transactions: bool,
+) -> None:
+    """Refuse the options that do not combine; the one copy of the rule.
+
+    A history and a run of several AS OFs rebuild everything from the landing in one scan, so there
+    is no base to start from and no single snapshot whose state could be kept. A whole transaction
+    may straddle a base's AS OF, so ``whole_transactions`` needs a full rebuild too. Called where a
+    request is built (``SnapshotArgs.build``, for the operators' values and the command line's) and
+    where a run is made from one (``SnapshotSpec.each_from_args``), for requests made directly.
+    """
+    incremental = bool(base_path or keep_state)
+    if history and incremental:
+        raise CdcJobArgumentError(
+            "a history cannot be combined with base_path or keep_state: it is rebuilt from the landing"
+        )
+    if as_of_count > 1 and incremental:
+        raise CdcJobArgumentError(
+            "several AS OFs cannot be combined with base_path or keep_state: each snapshot is "
+            "rebuilt from the landing in the one scan; run a single AS OF to start from or keep state"
+        )
+    if whole_transactions and incremental:
+        raise CdcJobArgumentError(
+            "--whole-transactions cannot be combined with --base or --keep-state yet: a transaction "
+            "may straddle the base's AS OF; run a full rebuild with --whole-transactions instead"
+        )
+
+
+def _table_arguments(
+    tables: str | Iterable[str] | None,
+    table_columns: Iterable[str] | Mapping[str, str | Iterable[str]] | None,
+    timestamp_column: str | None,
+) -> dict[str, Any]:
+    """Checked ``--table``, ``--columns`` and ``--timestamp-column`` values."""
+    return {
+        "tables": tuple(_as_list("tables", tables)),
+        "table_columns": _table_column_arguments("table_columns", table_columns, table_required=True),
+        "timestamp_column": _checked("timestamp_column", timestamp_column) if timestamp_column else None,
+    }
+
+
+def _incremental_arguments(base_path: str | os.PathLike | None, keep_state: bool) -> dict[str, Any]:
+    """Checked ``--base`` and ``--keep-state`` values."""
+    return {
+        "base_path": _checked("base_path", base_path) if base_path else None,
+        "keep_state": bool(keep_state),
+    }
+
+
 @dataclass(frozen=True)
 class SnapshotArgs:
     """One ``cdc-replay snapshot`` run: every option, with the only defaults."""
@@ -216,48 +297,35 @@ class SnapshotArgs:
         history: bool = False,
     ) -> SnapshotArgs:
         """Validate loose operator values (a path or a list, datetime or text) into a request."""
-        fmt = _checked("source_format", source_format)
-        if fmt not in FORMAT_NAMES:
-            raise CdcJobArgumentError(
-                f"unknown source_format {fmt!r}; known formats: {', '.join(FORMAT_NAMES)}"
-            )
-        inputs = _as_list("input_paths", input_paths)
-        if not inputs:
-            raise CdcJobArgumentError("input_paths must name at least one path")
+        fmt = _format_name(source_format)
+        inputs = _input_arguments(input_paths)
         keys = _key_arguments(key_columns)
         if on_error not in ON_ERROR_CHOICES:
             raise CdcJobArgumentError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
-        as_ofs = normalise_as_ofs(as_of)
-        if history and len(as_ofs) != 1:
-            raise CdcJobArgumentError(f"a history takes one until instant, got {len(as_ofs)}")
+        as_ofs = _instant_arguments(as_of, history=history)
         output = _checked("output_path", output_path)
         snapshot_folders(output, as_ofs)
-        if history and (base_path or keep_state):
-            raise CdcJobArgumentError(
-                "a history cannot be combined with base_path or keep_state: it is rebuilt from the landing"
-            )
-        if len(as_ofs) > 1 and (base_path or keep_state):
-            raise CdcJobArgumentError(
-                "several AS OFs cannot be combined with base_path or keep_state: each snapshot is "
-                "rebuilt from the landing in the one scan; run a single AS OF to start from or keep state"
-            )
+        check_option_combinations(
+            history=history,
+            as_of_count=len(as_ofs),
+            base_path=base_path,
+            keep_state=keep_state,
+            whole_transactions=whole_transactions,
+        )
         return cls(
             source_format=fmt,
-            input_paths=tuple(inputs),
+            input_paths=inputs,
             output_path=output,
             as_of=as_ofs,
             key_arguments=keys,
-            tables=tuple(_as_list("tables", tables)),
-            table_columns=_table_column_arguments("table_columns", table_columns, table_required=True),
-            timestamp_column=_checked("timestamp_column", timestamp_column) if timestamp_column else None,
+            **_table_arguments(tables, table_columns, timestamp_column),
             on_error=on_error,
             max_quarantined=_max_quarantined(max_quarantined, on_error),
             with_metadata=bool(with_metadata),
             binary_as_text=bool(binary_as_text),
             unavailable_values=_unavailable_arguments(fmt, unavailable_values),
             **_pruning_arguments(partitions, partition_timezone, lateness),
-            base_path=_checked("base_path", base_path) if base_path else None,
-            keep_state=bool(keep_state),
+            **_incremental_arguments(base_path, keep_state),
             whole_transactions=bool(whole_transactions),
             error_file=_checked("error_file", error_file) if error_file else None,
             history=bool(history),
@@ -357,7 +425,35 @@ def add_snapshot_arguments(
     parser: argparse.ArgumentParser, *, with_master: bool = False, history: bool = False
 ) -> None:
     """The options of ``cdc-replay snapshot`` (``history``: of ``cdc-replay history``, ``--until``
-    in place of ``--as-of``, no ``--base``/``--keep-state``), as ``SnapshotArgs`` reads and writes them."""
+    in place of ``--as-of``, no ``--base``/``--keep-state``), as ``SnapshotArgs`` reads and writes them.
+
+    Added group by group, in the order ``--help`` lists them.
+    """
+    _add_input_arguments(parser)
+    _add_instant_arguments(parser, history=history)
+    _add_table_arguments(parser)
+    if with_master:
+        parser.add_argument(
+            "--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})"
+        )
+    _add_error_arguments(parser)
+    _add_value_arguments(parser)
+    _add_partition_arguments(parser)
+    if not history:
+        _add_incremental_arguments(parser)
+    parser.add_argument(
+        "--whole-transactions",
+        action="store_true",
+        help="apply a transaction whole or not at all: as of T only when its last event is at or before T "
+        "(formats whose records carry transaction ids)",
+    )
+    parser.add_argument(
+        "--error-file", help=argparse.SUPPRESS
+    )  # the operator reads the job's own error from here
+
+
+def _add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--format`` and ``--input``: what was landed, and where."""
     parser.add_argument(
         "--format",
         required=True,
@@ -374,6 +470,11 @@ def add_snapshot_arguments(
         metavar="PATH",
         help="landed files: a file, a folder (read recursively) or a glob; repeatable",
     )
+
+
+def _add_instant_arguments(parser: argparse.ArgumentParser, *, history: bool) -> None:
+    """``--as-of`` (repeatable) or, for a history, ``--until``; and ``--output``, which says what
+    the command writes there."""
     if history:
         parser.add_argument(
             "--until",
@@ -388,20 +489,25 @@ def add_snapshot_arguments(
             help="history folder: <table>/ Parquet (the table's columns, then _cdc_valid_from, "
             "_cdc_valid_to, _cdc_op, _cdc_position), _cdc_metrics.json, _quarantine/",
         )
-    else:
-        parser.add_argument(
-            "--as-of",
-            required=True,
-            action="append",
-            help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms; repeatable: one "
-            "scan writes a snapshot per AS OF",
-        )
-        parser.add_argument(
-            "--output",
-            required=True,
-            help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/; with several "
-            "--as-of, a pattern holding {as_of:FORMAT} (strftime, UTC), e.g. /lake/snap/dt={as_of:%%Y-%%m-%%d}",
-        )
+        return
+    parser.add_argument(
+        "--as-of",
+        required=True,
+        action="append",
+        help="ISO-8601 with offset (2024-09-02T06:40:00+00:00, ...Z) or epoch ms; repeatable: one "
+        "scan writes a snapshot per AS OF",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="snapshot folder: <table>/ Parquet, _cdc_metrics.json, _quarantine/; with several "
+        "--as-of, a pattern holding {as_of:FORMAT} (strftime, UTC), e.g. /lake/snap/dt={as_of:%%Y-%%m-%%d}",
+    )
+
+
+def _add_table_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--key``, ``--table``, ``--columns``, ``--timestamp-column``: which tables, and what the
+    records do not say about them."""
     parser.add_argument(
         "--key",
         action="append",
@@ -430,10 +536,10 @@ def add_snapshot_arguments(
         metavar="NAME",
         help="aws-dms: the column DMS adds with TimestampColumnName; it orders events, not a snapshot column",
     )
-    if with_master:
-        parser.add_argument(
-            "--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})"
-        )
+
+
+def _add_error_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--on-error`` and ``--max-quarantined``: what happens to records that cannot be decoded."""
     parser.add_argument(
         "--on-error",
         choices=ON_ERROR_CHOICES,
@@ -446,6 +552,10 @@ def add_snapshot_arguments(
         help="fail the run, leaving its output as it was, when more than N records (or P%% of the "
         "records read) are quarantined; they are kept in .OUTPUT.cdc-rejected/ beside the output",
     )
+
+
+def _add_value_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--with-metadata``, ``--binary-as-text``, ``--unavailable-value``: what each row holds."""
     parser.add_argument(
         "--with-metadata",
         action="store_true",
@@ -463,6 +573,10 @@ def add_snapshot_arguments(
         help="debezium-json, debezium-avro: the connector's unavailable.value.placeholder (hex:... for raw "
         "bytes); a column holding it keeps its earlier value. Repeatable; default __debezium_unavailable_value",
     )
+
+
+def _add_partition_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--partitions``, ``--partition-timezone``, ``--lateness``: which partitions need not be read."""
     parser.add_argument(
         "--partitions",
         default=DEFAULT_PARTITIONS,
@@ -481,17 +595,6 @@ def add_snapshot_arguments(
         default=DEFAULT_LATENESS,
         help=f"how late an event may land after its time: 30m, 1h, 2d (default {DEFAULT_LATENESS})",
     )
-    if not history:
-        _add_incremental_arguments(parser)
-    parser.add_argument(
-        "--whole-transactions",
-        action="store_true",
-        help="apply a transaction whole or not at all: as of T only when its last event is at or before T "
-        "(formats whose records carry transaction ids)",
-    )
-    parser.add_argument(
-        "--error-file", help=argparse.SUPPRESS
-    )  # the operator reads the job's own error from here
 
 
 def _add_incremental_arguments(parser: argparse.ArgumentParser) -> None:

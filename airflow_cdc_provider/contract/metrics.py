@@ -1,7 +1,7 @@
 """What the job writes beside the snapshots, by name: the metrics file and the quarantine folder.
 
 The operator reads ``METRICS_FILE`` back and pushes it to XCom; its keys are the job contract of
-DESIGN.md section 5 (``format``, ``as_of``, ``as_of_ms``, ``output``, ``rows``, ``events``, ``tables``).
+``docs/contract.md`` (``format``, ``as_of``, ``as_of_ms``, ``output``, ``rows``, ``events``, ``tables``).
 """
 
 METRICS_FILE = "_cdc_metrics.json"

@@ -8,7 +8,7 @@ empty, is written as a SQL quoted identifier (``"a.b"``; a quote inside is doubl
 meets db ``x.a`` table ``b`` (``"x.a".b``).
 
 ``table_folder`` maps a qualified name to the folder its snapshot is written to. Every writer and
-reader of a table folder goes through it; see the README's "Table folders" for the rule.
+reader of a table folder goes through it; see docs/contract.md, "Table folders", for the rule.
 """
 
 from __future__ import annotations

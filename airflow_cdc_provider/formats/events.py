@@ -51,7 +51,7 @@ IGNORED_UPDATE_BEFORE = (
 IGNORED_BOOTSTRAP = "bootstrap marker"  # Maxwell's bootstrap-start / bootstrap-complete around a full load
 IGNORED_KAFKA_KEY = "Kafka key"  # a landed Kafka key line; its value is the next record (Debezium MongoDB)
 
-# Reasons for quarantined records (the documented list, README "Quarantine").
+# Reasons for quarantined records (the documented list: docs/contract.md, "Quarantine records").
 Q_NOT_JSON = "not JSON"
 Q_NOT_UTF8 = "not UTF-8"  # bytes that are not UTF-8: parsing would silently replace them
 Q_TOO_LARGE = "record too large"  # over 16 MiB: no image that large fits a Spark variant

@@ -2,7 +2,7 @@
 
 The same argument parser serves the console script (an embedded ``local[*]`` master by default)
 and ``spark_app.py`` under spark-submit (the master comes from spark-submit), so the job contract
-of DESIGN.md section 5 is defined once.
+(``docs/contract.md``) is defined once.
 """
 
 from __future__ import annotations
@@ -56,13 +56,15 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
     """``snapshot`` or ``history``: run the job, print its metrics, write its error for the operator."""
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
     from airflow_cdc_provider.contract.jvm import java_options_for
-    from airflow_cdc_provider.replay.engine import SnapshotSpec, run_history, run_snapshots
+    from airflow_cdc_provider.replay.runs.history import run_history
+    from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+    from airflow_cdc_provider.replay.spec import SnapshotSpec
     from airflow_cdc_provider.spark.session import build_session
 
     try:
         history = args.command == "history"
         request = SnapshotArgs.from_namespace(args, history=history)
-        specs = SnapshotSpec.each_from_job_args(request)
+        specs = SnapshotSpec.each_from_args(request)
         get_decoder(specs[0].source_format)
         spark = build_session(master=master, java_options=java_options_for(request))
         written = [run_history(spark, specs[0])] if history else run_snapshots(spark, specs)

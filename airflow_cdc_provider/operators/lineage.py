@@ -1,6 +1,6 @@
-"""OpenLineage for a snapshot run: the landed inputs, one output per table, its row count.
+"""OpenLineage for a snapshot or history run: the landed inputs, one output per table, its row count.
 
-Imported only from ``CdcSnapshotOperator.get_openlineage_facets_on_complete``, which the
+Imported only from ``BaseCdcReplayOperator.get_openlineage_facets_on_complete``, which the
 OpenLineage provider calls when it is installed; nothing else in the package needs it.
 Dataset names follow OpenLineage's naming spec: local files are namespace ``file`` with the
 absolute path as name; object stores are ``scheme://bucket`` with the key as name (Hadoop's

@@ -16,6 +16,11 @@ applies, before it it is superseded, as it would be. The base's row holds only t
 events, not each column's history; so it falls back to a full rebuild, and says why in the
 metrics, where that is not enough: a partial image (or a key change carrying one) older than the
 base's row of its key, a late DDL or truncate, or a base made with other settings.
+
+Takes a base output's ``_cdc_state/`` and this run's decoded events; gives what the read stage
+decides from them (``read_base_state``, ``scan_new_events``) and the base's rows shaped for the fold
+(``split_base_rows``, ``base_rows_as_keyed``, ``carried_as_resolved``). ``keep_state`` writes the
+state; ``state_rows`` is its rows. See docs/contract.md, "``_cdc_state``".
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
     position_text,
 )
-from airflow_cdc_provider.replay.fold import TAG_ROW, on_time
+from airflow_cdc_provider.replay import columns as C
+from airflow_cdc_provider.replay.keys import on_time
 from airflow_cdc_provider.spark.reader import LandedFile
 
 ROWS_DIR = "rows"
@@ -140,27 +146,27 @@ def split_base_rows(
     Keeps an incremental run's cost tied to what changed rather than to the size of the base.
     """
     rows = spark.read.parquet(state.rows_uri)
-    if "unknown" not in rows.columns:  # a state written before unavailable values were counted
-        rows = rows.withColumn("unknown", F.lit(None).cast("array<string>"))
+    if C.UNKNOWN not in rows.columns:  # a state written before unavailable values were counted
+        rows = rows.withColumn(C.UNKNOWN, F.lit(None).cast("array<string>"))
     touched = (
-        keyed.where(F.col("_tag") == TAG_ROW)
-        .select("table", "_key")
+        keyed.where(F.col(C.TAG) == C.TAG_ROW)
+        .select("table", C.KEY)
         .distinct()
-        .withColumn("_touched", F.lit(True))
+        .withColumn(C.TOUCHED, F.lit(True))
     )
-    marked = rows.join(touched, on=["table", "_key"], how="left")
-    refold = F.col("_touched").isNotNull() | F.col("table").isin(whole_tables)
-    return marked.where(refold).drop("_touched"), marked.where(~refold).drop("_touched")
+    marked = rows.join(touched, on=["table", C.KEY], how="left")
+    refold = F.col(C.TOUCHED).isNotNull() | F.col("table").isin(whole_tables)
+    return marked.where(refold).drop(C.TOUCHED), marked.where(~refold).drop(C.TOUCHED)
 
 
 def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
-    """Base rows (``_cdc_state/rows``) shaped like ``keyed_events`` output: one full-image reset (or delete) per key.
+    """Base rows (``_cdc_state/rows``) shaped like ``keys.with_as_of_flags`` output: one full-image reset (or delete) per key.
 
     Each is applied (it is the state at the base's AS OF) and never counted as an event. It sits at
     the position of the key's last applied event, and ``op``/``event_ms``/``log_pos``/``file``/
     ``line`` are that event's, so ``--with-metadata`` shows what a full rebuild shows.
     """
-    last = F.col("last")
+    last = F.col(C.LAST)
     values = {
         "table": F.col("table"),
         "kind": F.lit(KIND_CHANGE),
@@ -171,23 +177,23 @@ def base_rows_as_keyed(rows: DataFrame, keyed: DataFrame) -> DataFrame:
         "file_pos": F.coalesce(last["file_pos"], F.lit(-1).cast("bigint")),
         "sub_pos": F.coalesce(last["sub_pos"], F.lit(0)),
         "line": last["line"],
-        "after": F.when(F.col("exists"), F.col("image")),
+        "after": F.when(F.col(C.EXISTS), F.col(C.IMAGE)),
         "partial": F.lit(False),
         # The columns the base's row holds null because their value was unavailable: still unknown.
-        "unavailable": F.col("unknown"),
-        "key_cols": F.col("key_names"),
-        "_key_cols": F.col("key_names"),
-        "_new_key": F.col("_key"),
-        "_old_key": F.col("_key"),
-        "_tag": F.lit(TAG_ROW),
-        "_key": F.col("_key"),
-        "_applied": F.lit(True),
-        "_ddl_applied": F.lit(False),
-        "_after_as_of": F.lit(False),
-        "_key_moved": F.lit(False),
-        "_moved_away": F.lit(False),
-        "_moved_partially": F.lit(False),
-        "_base": F.lit(True),
+        "unavailable": F.col(C.UNKNOWN),
+        "key_cols": F.col(C.KEY_NAMES),
+        C.KEY_COLS: F.col(C.KEY_NAMES),
+        C.NEW_KEY: F.col(C.KEY),
+        C.OLD_KEY: F.col(C.KEY),
+        C.TAG: F.lit(C.TAG_ROW),
+        C.KEY: F.col(C.KEY),
+        C.APPLIED: F.lit(True),
+        C.DDL_APPLIED: F.lit(False),
+        C.AFTER_AS_OF: F.lit(False),
+        C.KEY_MOVED: F.lit(False),
+        C.MOVED_AWAY: F.lit(False),
+        C.MOVED_PARTIALLY: F.lit(False),
+        C.BASE_ROW: F.lit(True),
     }
     return _shaped(rows, values, keyed.schema)
 
@@ -196,16 +202,16 @@ def carried_as_resolved(rows: DataFrame, resolved: DataFrame) -> DataFrame:
     """Base rows no new event touched, shaped like ``resolve`` output: unchanged, nothing counted."""
     values = {
         "table": F.col("table"),
-        "_tag": F.lit(TAG_ROW),
-        "_key": F.col("_key"),
-        "n": F.lit(0),
-        "after_as_of": F.lit(0),
-        "last": F.col("last"),
-        "last_event_ms": F.col("last.event_ms"),
-        "key_names": F.col("key_names"),
-        "exists": F.col("exists"),
-        "image": F.when(F.col("exists"), F.col("image")).otherwise(empty_image().column()),
-        "unknown": F.col("unknown"),
+        C.TAG: F.lit(C.TAG_ROW),
+        C.KEY: F.col(C.KEY),
+        C.EVENTS: F.lit(0),
+        C.EVENTS_AFTER_AS_OF: F.lit(0),
+        C.LAST: F.col(C.LAST),
+        C.LAST_EVENT_MS: F.col(f"{C.LAST}.event_ms"),
+        C.KEY_NAMES: F.col(C.KEY_NAMES),
+        C.EXISTS: F.col(C.EXISTS),
+        C.IMAGE: F.when(F.col(C.EXISTS), F.col(C.IMAGE)).otherwise(empty_image().column()),
+        C.UNKNOWN: F.col(C.UNKNOWN),
     }
     return _shaped(rows, values, resolved.schema)
 
@@ -237,28 +243,32 @@ def state_rows(resolved: DataFrame) -> DataFrame:
     Deleted keys stay (``exists`` false, ``last`` the delete) so that a late event older than the
     delete is superseded by it, as in a full rebuild.
     """
-    last = F.col("last")
-    return resolved.where((F.col("_tag") == TAG_ROW) & last.isNotNull()).select(
+    last = F.col(C.LAST)
+    return resolved.where((F.col(C.TAG) == C.TAG_ROW) & last.isNotNull()).select(
         "table",
-        "_key",
-        "exists",
-        F.when(F.col("exists"), F.col("image")).alias("image"),
-        "unknown",
-        "key_names",
+        C.KEY,
+        C.EXISTS,
+        F.when(F.col(C.EXISTS), F.col(C.IMAGE)).alias(C.IMAGE),
+        C.UNKNOWN,
+        C.KEY_NAMES,
         F.struct(
-            F.when(F.col("exists"), last["op"]).otherwise(F.lit(OP_DELETE)).alias("op"),
+            F.when(F.col(C.EXISTS), last["op"]).otherwise(F.lit(OP_DELETE)).alias("op"),
             *[
                 last[name].alias(name)
                 for name in ("event_ms", "log_pos", "file", "line", "file_pos", "sub_pos")
             ],
-        ).alias("last"),
+        ).alias(C.LAST),
     )
 
 
 def file_horizons(events: DataFrame) -> dict[str, int | None]:
     """Newest event time of each landed file read (0 for records without one)."""
-    rows = events.groupBy("file").agg(F.max(F.coalesce(F.col("event_ms"), F.lit(0))).alias("m")).collect()
-    return {r["file"]: r["m"] for r in rows}
+    rows = (
+        events.groupBy("file")
+        .agg(F.max(F.coalesce(F.col("event_ms"), F.lit(0))).alias(C.NEWEST_MS))
+        .collect()
+    )
+    return {r["file"]: r[C.NEWEST_MS] for r in rows}
 
 
 def _in_files(paths: set[str]) -> Column:
@@ -298,25 +308,25 @@ def scan_new_events(
     is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
     structural = (is_ddl & late) | (is_truncate & (late | F.lit(partial_images)))
     found = events.select(
-        F.count(F.when(is_change & late & ~is_truncate, 1)).alias("late"),
-        F.count(F.when(structural, 1)).alias("structural"),
+        F.count(F.when(is_change & late & ~is_truncate, 1)).alias(C.LATE),
+        F.count(F.when(structural, 1)).alias(C.STRUCTURAL),
         F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias(
-            "first"
+            C.FIRST_STRUCTURAL
         ),
         F.collect_set(
             F.when((is_ddl | is_truncate) & ~applied_by_base(state, reread_paths), F.col("table"))
-        ).alias("whole_tables"),
+        ).alias(C.WHOLE_TABLES),
     ).first()
-    whole_tables = sorted(found["whole_tables"])
-    if found["structural"]:
-        f = found["first"]
+    whole_tables = sorted(found[C.WHOLE_TABLES])
+    if found[C.STRUCTURAL]:
+        f = found[C.FIRST_STRUCTURAL]
         what = "truncate" if f["op"] == OP_TRUNCATE else "DDL"
         why = (
-            f"{found['structural']} DDL or truncate event(s) the base's rows cannot replay "
+            f"{found[C.STRUCTURAL]} DDL or truncate event(s) the base's rows cannot replay "
             f"(first: {what} in {position_text(f['file'], f['line'], f['file_pos'])})"
         )
-        return NewEvents(found["late"], why, whole_tables)
-    return NewEvents(found["late"], None, whole_tables)
+        return NewEvents(found[C.LATE], why, whole_tables)
+    return NewEvents(found[C.LATE], None, whole_tables)
 
 
 def unreplayable_partials(folded: DataFrame) -> int:
@@ -325,8 +335,8 @@ def unreplayable_partials(folded: DataFrame) -> int:
     The base's row is the merge of its events, not each column's history, so a partial image older
     than it cannot be laid in between; only a full rebuild gets such a key right.
     """
-    base_ord = F.col("base_ord")
-    older = F.exists("partials", lambda p: p["ord"] < base_ord) | F.exists(
-        "moves_out", lambda m: m["partial"] & (m["ord"] < base_ord)
+    base_ord = F.col(C.BASE_ORD)
+    older = F.exists(C.PARTIALS, lambda p: p["ord"] < base_ord) | F.exists(
+        C.MOVES_OUT, lambda m: m["partial"] & (m["ord"] < base_ord)
     )
-    return folded.where((F.col("_tag") == TAG_ROW) & base_ord.isNotNull() & older).count()
+    return folded.where((F.col(C.TAG) == C.TAG_ROW) & base_ord.isNotNull() & older).count()

@@ -1,4 +1,8 @@
-"""After the fold: each key's final row.
+"""After the fold: each key's final row (part of the fold stage, see docs/design.md).
+
+Takes the fold's rows (``fold.fold``, or ``spans.span_rows``: one per group) and the tables'
+changes (``table_changes``). Gives the resolved rows: per row group ``EXISTS``, the final
+``IMAGE`` and its ``UNKNOWN`` columns; the other groups pass through.
 
 Runs on the aggregated rows (one per key). Most keys take the latest reset as it is; only keys
 with partial images, moves to another key, truncates or column drops are merged in position order
@@ -20,7 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_image
-from airflow_cdc_provider.replay.fold import TAG_QUARANTINED, TAG_ROW
+from airflow_cdc_provider.replay import columns as C
+from airflow_cdc_provider.replay.images import by_ord, merged_image
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
@@ -28,65 +33,14 @@ from airflow_cdc_provider.spark.sqlexpr import Expr
 # full image between them) is not rebuilt; its changes are quarantined with ``Q_UNREBUILT``.
 CHAIN_ROUNDS = 64
 Q_UNREBUILT = "key change whose row under the old key could not be rebuilt"
-
-
-def by_ord(left: Expr, right: Expr) -> Expr:
-    return (
-        E.when(left["ord"] < right["ord"], E.lit(-1))
-        .when(left["ord"] > right["ord"], E.lit(1))
-        .otherwise(E.lit(0))
-    )
-
-
-def merged_image(base_image: Expr, base_ord: Expr, later: Expr, drops: Expr) -> Expr:
-    """The base image with the later partial images laid over it in order: latest writer wins.
-
-    A partial image that arrives with a ``base`` (the row carried over from its old key by a key
-    change) starts from that base instead. When the table dropped columns, each value remembers
-    when it was written, and a value written before a drop of its column is removed: a snapshot
-    after ``DROP COLUMN`` no longer has it.
-    """
-
-    def start(acc: Expr, p: Expr) -> Expr:
-        return E.when(p["base"].isNotNull(), p["base"]).otherwise(acc)
-
-    plain = E.aggregate(
-        later,
-        base_image,
-        lambda acc, p: E.map_concat(
-            E.map_filter(start(acc, p), lambda k, v: ~E.map_contains_key(p["after"], k)), p["after"]
-        ),
-    )
-
-    def stamp(image: Expr, ord_: Expr) -> Expr:
-        return E.transform_values(image, lambda k, v: E.struct(v.alias("v"), ord_.alias("o")))
-
-    stamped = E.aggregate(
-        later,
-        stamp(base_image, base_ord),
-        lambda acc, p: E.map_concat(
-            E.map_filter(
-                E.when(p["base"].isNotNull(), stamp(p["base"], p["ord"])).otherwise(acc),
-                lambda k, v: ~E.map_contains_key(p["after"], k),
-            ),
-            stamp(p["after"], p["ord"]),
-        ),
-    )
-    surviving = E.map_filter(
-        stamped,
-        lambda k, s: (
-            ~E.exists(
-                drops, lambda d: E.array_contains(d["cols"], k) & (s["o"].isNull() | (d["ord"] > s["o"]))
-            )
-        ),
-    )
-    return E.when(
-        E.coalesce(E.size(drops), E.lit(0)) > 0, E.transform_values(surviving, lambda k, s: s["v"])
-    ).otherwise(plain)
+# Observed, not columns: the row groups that move partially (``observe_partial_moves``), and the
+# carries a round of ``chain_carries`` left unsettled.
+MOVING_GROUPS = "groups"
+_UNSETTLED = "n"
 
 
 @dataclass(frozen=True)
-class _State:
+class _GroupState:
     """A row group's state at some position, as ``_state_before`` rebuilds it."""
 
     exists: Expr
@@ -97,7 +51,7 @@ class _State:
 
 def _state_before(
     limit: Expr | None, carries: Expr | None = None, keep_resets: bool = False, folded_reset_type=None
-) -> _State:
+) -> _GroupState:
     """The state of a row group just before position ``limit`` (at the end if None).
 
     The base is the latest of the last reset, truncate and move to another key before ``limit``;
@@ -109,21 +63,21 @@ def _state_before(
     def before(o: Expr) -> Expr:
         return E.lit(True) if limit is None else (o < limit)
 
-    reset = E.col("reset")
+    reset = E.col(C.RESET)
     if keep_resets:
         reset = E.aggregate(
-            E.filter("resets", lambda r: before(r["ord"])),
+            E.filter(C.RESETS, lambda r: before(r["ord"])),
             E.null(folded_reset_type),
             lambda acc, r: E.when(acc.isNull() | (r["ord"] > acc["ord"]), r).otherwise(acc),
         )
     reset_in = reset.isNotNull() & before(reset["ord"])
-    trunc = E.array_max(E.filter(E.coalesce(E.col("truncs"), E.array()), before))
-    moved = E.array_max(E.filter(E.transform("moves_out", lambda m: m["ord"]), before))
+    trunc = E.array_max(E.filter(E.coalesce(E.col(C.TRUNCS), E.array()), before))
+    moved = E.array_max(E.filter(E.transform(C.MOVES_OUT, lambda m: m["ord"]), before))
     base_ord = E.greatest(E.when(reset_in, reset["ord"]), trunc, moved)
     base_exists = reset_in & (base_ord == reset["ord"]) & (reset["op"] != OP_DELETE)
     base_image = E.when(base_exists, E.coalesce(reset["after"], empty_image())).otherwise(empty_image())
     partials = E.filter(
-        E.col("partials"), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"])
+        E.col(C.PARTIALS), lambda p: (base_ord.isNull() | (p["ord"] > base_ord)) & before(p["ord"])
     )
 
     def carried(p: Expr) -> tuple[Expr, Expr]:
@@ -143,37 +97,37 @@ def _state_before(
         ),
     )
     later = E.array_sort(with_base, by_ord)
-    image = merged_image(base_image, base_ord, later, E.col("drops"))
+    image = merged_image(base_image, base_ord, later, E.col(C.DROPS))
     known = ~(reset.isNotNull() & ~reset_in)
     rebuilt = ~E.exists(later, lambda p: p["pending"])
-    return _State(base_exists | (E.size(later) > 0), image, known, rebuilt)
+    return _GroupState(base_exists | (E.size(later) > 0), image, known, rebuilt)
 
 
 def moves_partially() -> Expr:
     """A row group that moves to another key through a partial image: it carries its row there."""
-    return (E.col("_tag") == TAG_ROW) & E.coalesce(
-        E.exists("moves_out", lambda m: m["partial"]), E.lit(False)
+    return (E.col(C.TAG) == C.TAG_ROW) & E.coalesce(
+        E.exists(C.MOVES_OUT, lambda m: m["partial"]), E.lit(False)
     )
 
 
 def observe_partial_moves(folded: DataFrame) -> tuple[DataFrame, Observation]:
-    """``folded`` counting its row groups that move partially (``groups``) in the action that first
+    """``folded`` counting its row groups that move partially (``MOVING_GROUPS``) in the action that first
     computes it: whether ``chain_carries`` is needed is then known without a Spark job of its own."""
     seen = Observation()
-    counted = folded.observe(seen, E.count(E.when(moves_partially(), E.lit(1))).alias("groups").column())
+    counted = folded.observe(seen, E.count(E.when(moves_partially(), E.lit(1))).alias(MOVING_GROUPS).column())
     return counted, seen
 
 
 def _partial_moves(sources: DataFrame) -> DataFrame:
-    """``sources`` with one row per partial move (``_move``)."""
+    """``sources`` with one row per partial move (``MOVE``)."""
     return sources.select(
-        "*", F.explode(E.filter("moves_out", lambda m: m["partial"]).column()).alias("_move")
+        "*", F.explode(E.filter(C.MOVES_OUT, lambda m: m["partial"]).column()).alias(C.MOVE)
     )
 
 
 def _carry(image: Expr, settled: Expr) -> Expr:
     """One carried row: the move's position and record, the row it carries, whether that is rebuilt."""
-    move = E.col("_move")
+    move = E.col(C.MOVE)
     return E.struct(
         move["ord"].alias("ord"),
         image.alias("image"),
@@ -194,10 +148,11 @@ def _carries_of(sources: DataFrame, reset_type) -> DataFrame:
     """
     moves = _partial_moves(sources)
     state = _state_before(
-        E.col("_move.ord"), E.col("carries"), keep_resets=True, folded_reset_type=reset_type
+        E.col(f"{C.MOVE}.ord"), E.col(C.CARRIES), keep_resets=True, folded_reset_type=reset_type
     )
     return moves.where((state.known & state.exists).column()).select(
-        "table", *E.columns(E.col("_move.to").alias("_key"), _carry(state.image, state.rebuilt).alias("c"))
+        "table",
+        *E.columns(E.col(f"{C.MOVE}.to").alias(C.KEY), _carry(state.image, state.rebuilt).alias(C.CARRY)),
     )
 
 
@@ -205,21 +160,23 @@ def _pending_carries(sources: DataFrame) -> DataFrame:
     """Every partial key change of ``sources`` as a carry not yet rebuilt: the first round's input."""
     return _partial_moves(sources).select(
         "table",
-        *E.columns(E.col("_move.to").alias("_key"), _carry(E.null(IMAGE_TYPE), E.lit(False)).alias("c")),
+        *E.columns(
+            E.col(f"{C.MOVE}.to").alias(C.KEY), _carry(E.null(IMAGE_TYPE), E.lit(False)).alias(C.CARRY)
+        ),
     )
 
 
 # What ``_carries_of`` reads of a row group moving partially, beside the carries into it.
-_SOURCE_LISTS = ("resets", "partials", "moves_out", "truncs", "drops")
+_SOURCE_LISTS = (C.RESETS, C.PARTIALS, C.MOVES_OUT, C.TRUNCS, C.DROPS)
 
 
 def _regrouped(sources: DataFrame, carried: DataFrame) -> DataFrame:
     """One row per key: the lists of ``sources`` (null for a key that only receives) and the carries
     into it (``carried``, ``_carries_of``): one aggregation, the round's only shuffle."""
     rows = sources.unionByName(carried, allowMissingColumns=True)
-    return rows.groupBy("table", "_key").agg(
+    return rows.groupBy("table", C.KEY).agg(
         *[F.first(name, ignorenulls=True).alias(name) for name in _SOURCE_LISTS],
-        F.collect_list("c").alias("carries"),
+        F.collect_list(C.CARRY).alias(C.CARRIES),
     )
 
 
@@ -235,42 +192,42 @@ def chain_carries(rows: DataFrame, rounds: int | None = None) -> DataFrame:
     however large the landing, and a landing without chains takes one round.
     """
     limit = max(1, CHAIN_ROUNDS if rounds is None else rounds)
-    reset_type = rows.schema["reset"].dataType
+    reset_type = rows.schema[C.RESET].dataType
     sources = (
         rows.where(moves_partially().column())
-        .select("table", "_key", *_SOURCE_LISTS)
+        .select("table", C.KEY, *_SOURCE_LISTS)
         .coalesce(1)
         .localCheckpoint(eager=False)
     )
     state = _regrouped(sources, _pending_carries(sources))
-    unsettled = E.sum(E.size(E.filter("carries", lambda c: ~c["settled"]))).alias("n")
+    unsettled = E.sum(E.size(E.filter(C.CARRIES, lambda c: ~c["settled"]))).alias(_UNSETTLED)
     for _ in range(limit):
         pending = Observation()
         rebuilt = _regrouped(sources, _carries_of(state, reset_type)).observe(pending, unsettled.column())
         previous, state = state, rebuilt.localCheckpoint(eager=True)
         previous.unpersist()
-        if not pending.get["n"]:
+        if not pending.get[_UNSETTLED]:
             break
     sources.unpersist()
-    return state.select("table", "_key", "carries")
+    return state.select("table", C.KEY, C.CARRIES)
 
 
 def with_table_changes(folded: DataFrame, changes: DataFrame | None) -> DataFrame:
     """``folded`` with its table's ``truncs`` and ``drops`` (``table_changes``; null when None)."""
     if changes is not None:
         return folded.join(F.broadcast(changes), on="table", how="left")
-    ord_type = folded.schema["reset"].dataType["ord"].dataType
+    ord_type = folded.schema[C.RESET].dataType["ord"].dataType
     return folded.select(
         "*",
         *E.columns(
-            E.null(ArrayType(ord_type)).alias("truncs"),
-            E.null(folded.schema["ddl_changes"].dataType).alias("drops"),
+            E.null(ArrayType(ord_type)).alias(C.TRUNCS),
+            E.null(folded.schema[C.DDL_CHANGES].dataType).alias(C.DROPS),
         ),
     )
 
 
 # The fold's lists and the tables' changes, read by ``resolve`` and by nothing after it.
-_MERGED_FROM = ("reset", "resets", "partials", "moves_out", "truncs", "drops", "carries")
+_MERGED_FROM = (C.RESET, C.RESETS, C.PARTIALS, C.MOVES_OUT, C.TRUNCS, C.DROPS, C.CARRIES)
 
 
 def resolve(folded: DataFrame, changes: DataFrame | None, carries: DataFrame | None = None) -> DataFrame:
@@ -283,36 +240,36 @@ def resolve(folded: DataFrame, changes: DataFrame | None, carries: DataFrame | N
     """
     rows = with_table_changes(folded, changes)
     if carries is not None:
-        rows = rows.join(carries, on=["table", "_key"], how="left")
-        state = _state_before(None, E.col("carries"))
+        rows = rows.join(carries, on=["table", C.KEY], how="left")
+        state = _state_before(None, E.col(C.CARRIES))
         exists, image = state.exists & state.rebuilt, state.image
         rows = _without_unrebuilt(rows)
     else:
         state = _state_before(None)
         exists, image = state.exists, state.image
     # Most keys only ever see full images: their row is the latest one, no walk needed.
-    reset = E.col("reset")
+    reset = E.col(C.RESET)
     simple = (
-        (E.size("partials") == 0)
-        & (E.size("moves_out") == 0)
-        & E.coalesce(E.size("truncs") == 0, E.lit(True))
-        & E.coalesce(E.size("drops") == 0, E.lit(True))
+        (E.size(C.PARTIALS) == 0)
+        & (E.size(C.MOVES_OUT) == 0)
+        & E.coalesce(E.size(C.TRUNCS) == 0, E.lit(True))
+        & E.coalesce(E.size(C.DROPS) == 0, E.lit(True))
     )
     exists = E.when(simple, E.coalesce(reset["op"] != OP_DELETE, E.lit(False))).otherwise(exists)
     image = E.when(
         simple,
         E.when(reset["op"] != OP_DELETE, E.coalesce(reset["after"], empty_image())).otherwise(empty_image()),
     ).otherwise(image)
-    is_row = E.col("_tag") == TAG_ROW
+    is_row = E.col(C.TAG) == C.TAG_ROW
     resolved = rows.select(
         "*",
         *E.columns(
-            E.when(is_row, exists).otherwise(E.lit(False)).alias("exists"),
-            E.when(is_row, image).alias("image"),
+            E.when(is_row, exists).otherwise(E.lit(False)).alias(C.EXISTS),
+            E.when(is_row, image).alias(C.IMAGE),
         ),
     )
     resolved = resolved.select(
-        "*", unknown_columns(E.col("exists"), E.col("image")).alias("unknown").column()
+        "*", unknown_columns(E.col(C.EXISTS), E.col(C.IMAGE)).alias(C.UNKNOWN).column()
     )
     # What only the merge reads is left out: a kept result is then about half the size.
     resolved = resolved.drop(*[c for c in _MERGED_FROM if c in resolved.columns])
@@ -329,12 +286,12 @@ def _unrebuilt(carries: Expr) -> Expr:
 def _without_unrebuilt(rows: DataFrame) -> DataFrame:
     """``rows`` (joined with their carries) no longer counting as applied the key changes into them
     whose carry is not rebuilt: ``unrebuilt_changes`` counts them as quarantined."""
-    lost = E.size(_unrebuilt(E.col("carries")))
-    counts = E.col("counts")
+    lost = E.size(_unrebuilt(E.col(C.CARRIES)))
+    counts = E.col(C.COUNTS)
     return rows.withColumns(
         {
-            "n": (E.col("n") - lost).column(),
-            "counts": counts.column().withField("updates", (counts["updates"] - lost).column()),
+            C.EVENTS: (E.col(C.EVENTS) - lost).column(),
+            C.COUNTS: counts.column().withField(C.UPDATES, (counts[C.UPDATES] - lost).column()),
         }
     )
 
@@ -342,8 +299,8 @@ def _without_unrebuilt(rows: DataFrame) -> DataFrame:
 def unrebuilt_changes(carries: DataFrame, schema: StructType) -> DataFrame:
     """The key changes whose carry ``chain_carries`` left unsettled, as quarantined records of ``schema``
     (``resolve``'s): one each, with reason ``Q_UNREBUILT`` and the record as landed."""
-    entries = carries.select("table", F.explode(_unrebuilt(E.col("carries")).column()).alias("c"))
-    c = E.col("c")
+    entries = carries.select("table", F.explode(_unrebuilt(E.col(C.CARRIES)).column()).alias(C.CARRY))
+    c = E.col(C.CARRY)
     ord_ = c["ord"]
     first = E.struct(
         E.nullif(ord_["file"], E.lit("")).alias("file"),
@@ -355,15 +312,15 @@ def unrebuilt_changes(carries: DataFrame, schema: StructType) -> DataFrame:
     )
     given = {
         "table": E.col("table"),
-        "_tag": E.lit(TAG_QUARANTINED),
-        "_key": E.array(ord_["file"], ord_["file_pos"].cast("string"), ord_["sub_pos"].cast("string")),
-        "n": E.lit(1),
-        "after_as_of": E.lit(0),
-        "unpositioned": E.lit(0),
-        "type_sigs": E.array(),
-        "ddl_changes": E.array(),
-        "first": first,
-        "exists": E.lit(False),
+        C.TAG: E.lit(C.TAG_QUARANTINED),
+        C.KEY: E.array(ord_["file"], ord_["file_pos"].cast("string"), ord_["sub_pos"].cast("string")),
+        C.EVENTS: E.lit(1),
+        C.EVENTS_AFTER_AS_OF: E.lit(0),
+        C.UNPOSITIONED: E.lit(0),
+        C.TYPE_SIGS: E.array(),
+        C.DDL_CHANGES: E.array(),
+        C.FIRST: first,
+        C.EXISTS: E.lit(False),
     }
     return entries.select(
         *E.columns(
@@ -383,11 +340,11 @@ def unknown_columns(exists: Expr, image: Expr) -> Expr:
     lacks found none: no event of the key before it wrote the column (nor the base). Null when
     there is no such column, so that rows never touched by a placeholder cost one null test.
     """
-    reset = E.col("reset")
+    reset = E.col(C.RESET)
     none = E.array().cast("array<string>")
     from_reset = E.when(reset["op"] != OP_DELETE, reset["unavailable"])
-    from_partials = E.flatten(E.transform("partials", lambda p: E.coalesce(p["unavailable"], none)))
-    named = E.when(E.size("partials") == 0, from_reset).otherwise(
+    from_partials = E.flatten(E.transform(C.PARTIALS, lambda p: E.coalesce(p["unavailable"], none)))
+    named = E.when(E.size(C.PARTIALS) == 0, from_reset).otherwise(
         E.concat(E.coalesce(from_reset, none), from_partials)
     )
     return E.when(exists & (E.size(named) > 0), E.nullif(E.array_except(named, E.map_keys(image)), none))

@@ -1,4 +1,9 @@
-"""Typing the snapshot: one Spark schema per table, from declared types or from the values.
+"""Schemas: one Spark schema per table, from declared types or from the values (the type stage).
+
+Takes the group counts' declared type signatures, value types and column orders, and the columns
+DDL dropped (``schema_inputs``); gives an ordered ``TableSchema`` per table (``table_schemas``).
+Pure Python but for ``dropped_columns``' one query; ``typed`` runs it for a run. See
+docs/design.md, "Typing".
 
 Declared types (a format's schema block, mysqlType, Avro field types...) win; columns no record
 declares get the type their final values hold (JSON numbers without a fraction are bigint, with a
@@ -11,13 +16,15 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyspark.sql import Column, DataFrame, Row
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.formats.events import IGNORED_DDL
-from airflow_cdc_provider.replay.fold import TAG_IGNORED, TAG_ROW, signature_pairs
+from airflow_cdc_provider.replay import columns as C
+from airflow_cdc_provider.replay.table_changes import signature_pairs
 
 _INTEGRAL_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
 _FLOAT_RANK = {"float": 1, "double": 2}
@@ -69,7 +76,7 @@ def declared_signatures(groups: list[Row]) -> list[tuple[str, list[tuple[str, st
     """Distinct declared type lists per table (tiny: one per schema version), from ``group_counts``."""
     found: dict[tuple[str, tuple[tuple[str, str], ...]], None] = {}
     for g in groups:
-        for per_key in g["type_sigs"] or ():
+        for per_key in g[C.TYPE_SIGS] or ():
             for sig in per_key:
                 found.setdefault((g["table"], tuple(signature_pairs(sig))), None)
     return [(table, list(sig)) for table, sig in found]
@@ -80,30 +87,34 @@ def dropped_columns(resolved: DataFrame, earlier: dict[str, set[str]] | None = N
 
     ``earlier``: columns an incremental run's base had dropped; a DDL of this run may add them back.
     """
-    change = F.explode("ddl_changes").alias("c")
+    change = F.explode(C.DDL_CHANGES).alias(C.DDL_CHANGE)
+    column = F.col(C.CHANGED_COLUMN)
     per_column = (
-        resolved.where(F.col("_tag") == TAG_IGNORED)
+        resolved.where(F.col(C.TAG) == C.TAG_IGNORED)
         .select("table", change)
         .select(
             "table",
-            "c.ord",
-            F.explode(F.array_union(F.col("c.added"), F.col("c.cols"))).alias("col"),
-            "c.cols",
-            "c.added",
+            f"{C.DDL_CHANGE}.ord",
+            F.explode(F.array_union(F.col(f"{C.DDL_CHANGE}.added"), F.col(f"{C.DDL_CHANGE}.cols"))).alias(
+                C.CHANGED_COLUMN
+            ),
+            f"{C.DDL_CHANGE}.cols",
+            f"{C.DDL_CHANGE}.added",
         )
-        .groupBy("table", "col")
+        .groupBy("table", C.CHANGED_COLUMN)
         .agg(
-            F.max(F.when(F.array_contains("cols", F.col("col")), F.col("ord"))).alias("dropped_at"),
-            F.max(F.when(F.array_contains("added", F.col("col")), F.col("ord"))).alias("added_at"),
+            F.max(F.when(F.array_contains("cols", column), F.col("ord"))).alias(C.DROPPED_AT),
+            F.max(F.when(F.array_contains("added", column), F.col("ord"))).alias(C.ADDED_AT),
         )
         .collect()
     )
     dropped: dict[str, set[str]] = {t: set(cols) for t, cols in (earlier or {}).items()}
     for r in per_column:
-        if r["dropped_at"] is not None and (r["added_at"] is None or r["dropped_at"] > r["added_at"]):
-            dropped.setdefault(r["table"], set()).add(r["col"])
+        dropped_at, added_at = r[C.DROPPED_AT], r[C.ADDED_AT]
+        if dropped_at is not None and (added_at is None or dropped_at > added_at):
+            dropped.setdefault(r["table"], set()).add(r[C.CHANGED_COLUMN])
         else:
-            dropped.get(r["table"], set()).discard(r["col"])
+            dropped.get(r["table"], set()).discard(r[C.CHANGED_COLUMN])
     return {t: cols for t, cols in dropped.items() if cols}
 
 
@@ -162,7 +173,7 @@ def merge_column_order(order: list[str], sequence: list[str]) -> None:
 
 def key_columns_of(groups: list[Row]) -> dict[str, list[str]]:
     """The key column names each table was folded by (for tables whose rows are all gone)."""
-    return {g["table"]: list(g["key_names"] or []) for g in groups if g["_tag"] == TAG_ROW}
+    return {g["table"]: list(g[C.KEY_NAMES] or []) for g in groups if g[C.TAG] == C.TAG_ROW}
 
 
 @dataclass
@@ -180,7 +191,7 @@ def schema_inputs(resolved: DataFrame, groups: list[Row], base: SchemaInputs | N
         seen = {(t, tuple(sig)) for t, sig in signatures}
         signatures += [(t, sig) for t, sig in base.signatures if (t, tuple(sig)) not in seen]
     earlier = base.dropped if base else None
-    if any(g["_tag"] == TAG_IGNORED and g["reason"] == IGNORED_DDL for g in groups):
+    if any(g[C.TAG] == C.TAG_IGNORED and g["reason"] == IGNORED_DDL for g in groups):
         dropped = dropped_columns(resolved, earlier)
     else:
         dropped = {t: set(cols) for t, cols in (earlier or {}).items() if cols}
@@ -190,7 +201,7 @@ def schema_inputs(resolved: DataFrame, groups: list[Row], base: SchemaInputs | N
 def table_schemas(
     groups: list[Row],
     tables: list[str],
-    first_seen: callable,
+    first_seen: Callable[[str, str, str], tuple],
     key_columns: dict[str, list[str]],
     inputs: SchemaInputs,
 ) -> dict[str, TableSchema]:
@@ -200,11 +211,30 @@ def table_schemas(
     longest declaration first; columns no declaration names follow the order the rows write them
     (``merge_column_order`` over the distinct column sequences of the final rows, longest first).
     The same input always gives the same order. Inferred types and sequences come with the group
-    counts (``metrics.group_counts``): no query of their own.
+    counts (``group_counts.group_counts``): no query of their own. ``first_seen(table, column,
+    type)`` finds where a type was first declared, for the error of a type change that loses data.
 
     A table none of whose rows survive and that declares no types still gets its key columns
     (as strings), so its snapshot is an empty table rather than a missing one.
     """
+    schemas = _declared_schemas(tables, inputs, first_seen)
+    inferred_types = _add_inferred_columns(schemas, groups)
+    # A dropped column stays only where a row still holds a value written after the drop.
+    holding = set(inferred_types)
+    for table, cols in inputs.dropped.items():
+        for col in cols - {c for t, c in holding if t == table}:
+            schemas.get(table, TableSchema()).columns.pop(col, None)
+    for table, schema in schemas.items():
+        if not schema.columns:
+            for col in key_columns.get(table, []):
+                schema.columns[col] = "string"
+    return schemas
+
+
+def _declared_schemas(
+    tables: list[str], inputs: SchemaInputs, first_seen: Callable[[str, str, str], tuple]
+) -> dict[str, TableSchema]:
+    """Each table's declared columns and types, widened where a declared type changes losslessly."""
     schemas = {t: TableSchema() for t in tables}
     for table, sig in sorted(inputs.signatures, key=lambda s: (s[0], -len(s[1]), s[1])):
         columns = schemas.setdefault(table, TableSchema()).columns
@@ -223,16 +253,22 @@ def table_schemas(
                     f"or cast the column at the source."
                 )
             columns[col] = merged
+    return schemas
+
+
+def _add_inferred_columns(schemas: dict[str, TableSchema], groups: list[Row]) -> dict[tuple[str, str], str]:
+    """Add to ``schemas`` the columns the final rows write, in their order; return the rows' value
+    types by (table, column)."""
     inferred_types = {
         (g["table"], col): vtype
         for g in groups
-        if g["_tag"] == TAG_ROW
-        for col, vtype in variant_object_fields(g["row_schema"]).items()
+        if g[C.TAG] == C.TAG_ROW
+        for col, vtype in variant_object_fields(g[C.ROW_SCHEMA]).items()
     }
     sequences: dict[str, list[list[str]]] = {}
     for g in groups:
-        if g["_tag"] == TAG_ROW:
-            sequences.setdefault(g["table"], []).extend(list(seq) for seq in g["sequences"] or ())
+        if g[C.TAG] == C.TAG_ROW:
+            sequences.setdefault(g["table"], []).extend(list(seq) for seq in g[C.SEQUENCES] or ())
     for table, seqs in sorted(sequences.items()):
         schema = schemas.setdefault(table, TableSchema())
         order = list(schema.columns)
@@ -242,23 +278,4 @@ def table_schemas(
             (col, schema.columns[col] if col in schema.columns else _inferred(inferred_types[(table, col)]))
             for col in order
         )
-    # A dropped column stays only where a row still holds a value written after the drop.
-    holding = set(inferred_types)
-    for table, cols in inputs.dropped.items():
-        for col in cols - {c for t, c in holding if t == table}:
-            schemas.get(table, TableSchema()).columns.pop(col, None)
-    for table, schema in schemas.items():
-        if not schema.columns:
-            for col in key_columns.get(table, []):
-                schema.columns[col] = "string"
-    return schemas
-
-
-def typed_value(image: Column, col: str, spark_type: str) -> Column:
-    v = image[col]
-    if spark_type == "string":
-        # Objects and arrays are kept as their JSON text.
-        return F.when(v.isNull() | F.is_variant_null(v), F.lit(None).cast("string")).otherwise(
-            F.coalesce(F.try_variant_get(v, "$", "string"), F.to_json(v))
-        )
-    return F.try_variant_get(v, "$", spark_type)
+    return inferred_types

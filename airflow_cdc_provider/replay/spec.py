@@ -1,4 +1,8 @@
-"""What one rebuild does, resolved from the job's arguments: instants, keys, pruning, format options."""
+"""What one rebuild does, resolved from the job's arguments: instants, keys, pruning, format options.
+
+Takes the job's ``SnapshotArgs`` (docs/contract.md, "Arguments"); gives one ``SnapshotSpec`` per
+snapshot they ask for (``SnapshotSpec.each_from_args``), which every stage of a run reads.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from airflow_cdc_provider.contract.args import ON_ERROR_CHOICES, SnapshotArgs
+from airflow_cdc_provider.contract.args import ON_ERROR_CHOICES, SnapshotArgs, check_option_combinations
 from airflow_cdc_provider.contract.as_of import parse_as_of
 from airflow_cdc_provider.contract.partitions import PartitionPruning, parse_duration_ms
 from airflow_cdc_provider.contract.quarantine_limit import QuarantineLimit
 from airflow_cdc_provider.contract.unavailable import placeholders
 from airflow_cdc_provider.formats import DecodeOptions, get_decoder
-from airflow_cdc_provider.replay.fold import KeyConfig
+from airflow_cdc_provider.replay.keys import KeyConfig
 
 
 @dataclass(frozen=True)
@@ -37,53 +41,29 @@ class SnapshotSpec:
         return self.keep_state or self.base is not None
 
     @classmethod
-    def from_job_args(cls, args: SnapshotArgs, decode_options: DecodeOptions | None = None) -> SnapshotSpec:
-        """The run ``args`` describe (one AS OF); ``decode_options`` (tests) may set the format options."""
-        specs = cls.each_from_job_args(args, decode_options)
-        if len(specs) != 1:
-            raise ValueError(f"one AS OF expected, got {len(specs)}: {', '.join(args.as_of)}")
-        return specs[0]
-
-    @classmethod
-    def each_from_job_args(
+    def each_from_args(
         cls, args: SnapshotArgs, decode_options: DecodeOptions | None = None
     ) -> list[SnapshotSpec]:
-        """One run per snapshot ``args`` asks for (an AS OF and its folder), in the order given."""
-        snapshots = args.snapshots()
-        first = cls._common(args, decode_options)
-        return [replace(first, as_of_ms=parse_as_of(as_of), output=folder) for as_of, folder in snapshots]
+        """One run per snapshot ``args`` asks for (an AS OF and its folder), in the order given.
 
-    @classmethod
-    def _common(cls, args: SnapshotArgs, decode_options: DecodeOptions | None) -> SnapshotSpec:
-        """Everything but the AS OF and the folder, which ``each_from_job_args`` sets per snapshot."""
+        The one way to build specs; ``decode_options`` (tests) may set the format options.
+        """
+        snapshots = args.snapshots()
         if args.on_error not in ON_ERROR_CHOICES:
             raise ValueError(
                 f"--on-error must be one of {', '.join(ON_ERROR_CHOICES)}, not {args.on_error!r}"
             )
         keys = parse_keys(args.key_arguments)
-        if args.whole_transactions:
-            _check_whole_transactions(args)
-        # One --table names the table of files that do not say which, for formats that need it.
-        table = (
-            args.tables[0]
-            if len(args.tables) == 1 and get_decoder(args.source_format).table_from_filter
-            else None
-        )
-        given = decode_options or DecodeOptions(table=table, binary_as_text=args.binary_as_text)
-        options = DecodeOptions(
-            key_columns=keys.default,
-            table_keys=dict(keys.per_table),
-            table=given.table,
-            binary_as_text=given.binary_as_text,
-            with_metadata=args.with_metadata,
-            table_columns=given.table_columns or parse_table_columns(args.table_columns),
-            timestamp_column=given.timestamp_column or args.timestamp_column,
+        check_option_combinations(
+            history=args.history,
+            as_of_count=len(snapshots),
+            base_path=args.base_path,
+            keep_state=args.keep_state,
             whole_transactions=args.whole_transactions,
-            unavailable_values=placeholders(args.unavailable_values)
-            if args.unavailable_values
-            else given.unavailable_values,
         )
-        return cls(
+        if args.whole_transactions:
+            _check_transaction_ids(args.source_format)
+        first = cls(
             source_format=args.source_format,
             inputs=tuple(args.input_paths),
             as_of_ms=0,
@@ -92,7 +72,7 @@ class SnapshotSpec:
             tables=tuple(args.tables),
             on_error=args.on_error,
             with_metadata=args.with_metadata,
-            decode_options=options,
+            decode_options=_decode_options(args, keys, decode_options),
             partitions=PartitionPruning(
                 args.partitions, args.partition_timezone, parse_duration_ms(args.lateness)
             ),
@@ -101,50 +81,71 @@ class SnapshotSpec:
             whole_transactions=args.whole_transactions,
             max_quarantined=QuarantineLimit.parse(args.max_quarantined) if args.max_quarantined else None,
         )
-
-    @classmethod
-    def from_args(
-        cls,
-        *,
-        source_format: str,
-        inputs: list[str],
-        as_of: str | int,
-        output: str,
-        key: Sequence[str] = (),
-        tables: Sequence[str] = (),
-        base: str | None = None,
-        decode_options: DecodeOptions | None = None,
-        **options: Any,
-    ) -> SnapshotSpec:
-        """A run from keyword arguments named as on the command line (tests and benchmarks)."""
-        args = SnapshotArgs(
-            source_format=source_format,
-            input_paths=tuple(inputs),
-            output_path=output,
-            as_of=(str(as_of),),
-            key_arguments=tuple(key),
-            tables=tuple(tables),
-            base_path=base,
-            **options,
-        )
-        return cls.from_job_args(args, decode_options)
+        return [replace(first, as_of_ms=parse_as_of(as_of), output=folder) for as_of, folder in snapshots]
 
 
-def _check_whole_transactions(args: SnapshotArgs) -> None:
-    """``--whole-transactions`` needs transaction ids in the records, and a full rebuild."""
+def _decode_options(args: SnapshotArgs, keys: KeyConfig, given: DecodeOptions | None) -> DecodeOptions:
+    """The format options ``args`` set, over those ``given`` (tests)."""
+    # One --table names the table of files that do not say which, for formats that need it.
+    table = (
+        args.tables[0]
+        if len(args.tables) == 1 and get_decoder(args.source_format).table_from_filter
+        else None
+    )
+    given = given or DecodeOptions(table=table, binary_as_text=args.binary_as_text)
+    return DecodeOptions(
+        key_columns=keys.default,
+        table_keys=dict(keys.per_table),
+        table=given.table,
+        binary_as_text=given.binary_as_text,
+        with_metadata=args.with_metadata,
+        table_columns=given.table_columns or parse_table_columns(args.table_columns),
+        timestamp_column=given.timestamp_column or args.timestamp_column,
+        whole_transactions=args.whole_transactions,
+        unavailable_values=placeholders(args.unavailable_values)
+        if args.unavailable_values
+        else given.unavailable_values,
+    )
+
+
+def spec_from_keywords(
+    *,
+    source_format: str,
+    inputs: list[str],
+    as_of: str | int,
+    output: str,
+    key: Sequence[str] = (),
+    tables: Sequence[str] = (),
+    base: str | None = None,
+    decode_options: DecodeOptions | None = None,
+    **options: Any,
+) -> SnapshotSpec:
+    """One run from keyword arguments named as on the command line (tests and benchmarks): the
+    ``SnapshotArgs`` they name, through ``SnapshotSpec.each_from_args``."""
+    args = SnapshotArgs(
+        source_format=source_format,
+        input_paths=tuple(inputs),
+        output_path=output,
+        as_of=(str(as_of),),
+        key_arguments=tuple(key),
+        tables=tuple(tables),
+        base_path=base,
+        **options,
+    )
+    [spec] = SnapshotSpec.each_from_args(args, decode_options)
+    return spec
+
+
+def _check_transaction_ids(source_format: str) -> None:
+    """``--whole-transactions`` needs transaction ids in the records."""
     from airflow_cdc_provider.formats import format_names
 
-    if not get_decoder(args.source_format).transaction_ids:
+    if not get_decoder(source_format).transaction_ids:
         carrying = [name for name in format_names() if get_decoder(name).transaction_ids]
         raise ValueError(
-            f"--whole-transactions: {args.source_format} records carry no transaction ids, so its "
+            f"--whole-transactions: {source_format} records carry no transaction ids, so its "
             f"transactions cannot be told apart; drop the option, or use a format that carries them: "
             f"{', '.join(carrying)}"
-        )
-    if args.base_path or args.keep_state:
-        raise ValueError(
-            "--whole-transactions cannot be combined with --base or --keep-state yet: a transaction "
-            "may straddle the base's AS OF; run a full rebuild with --whole-transactions instead"
         )
 
 

@@ -9,6 +9,8 @@ marks but none of which is the last has not landed whole, and is held back whate
 
 Events without a transaction id apply at their own time, as without the option. Transaction ids are
 taken as they are written: one id names one transaction across all tables of the landing.
+
+Part of the read stage: takes keyed events, gives them with the instant each applies from.
 """
 
 from __future__ import annotations
@@ -16,17 +18,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from airflow_cdc_provider.formats.events import KIND_CHANGE
+from airflow_cdc_provider.replay import columns as C
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
-# The instant from which an event counts as applied (null: never); fold.applies_at reads it.
-APPLY_MS = "_apply_ms"
-# True on the earliest row change of each transaction, so per-key sums count transactions once.
-TX_FIRST = "_tx_first"
-
 
 def with_transaction_times(events: DataFrame) -> DataFrame:
-    """``events`` with ``APPLY_MS`` and ``TX_FIRST``: one window over each transaction's row changes.
+    """``events`` with ``APPLY_MS`` (read by ``keys.applies_by``) and ``TX_FIRST``: one window over
+    each transaction's row changes.
 
     Events outside a transaction get a partition of their own (their place in the landing), so the
     window's shuffle spreads them instead of gathering them in one task.
@@ -61,4 +60,4 @@ def with_transaction_times(events: DataFrame) -> DataFrame:
         E.when(alone, own_time).when(marked & ~ended, E.null("bigint")).otherwise(over_tx(E.max(own_time)))
     )
     first = in_tx & (E.call("row_number").over(f"PARTITION BY {partition} ORDER BY {order}") == 1)
-    return events.select("*", *E.columns(apply_ms.alias(APPLY_MS), first.alias(TX_FIRST)))
+    return events.select("*", *E.columns(apply_ms.alias(C.APPLY_MS), first.alias(C.TX_FIRST)))

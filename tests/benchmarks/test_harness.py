@@ -13,26 +13,26 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import rows_of
-from tests.reliability.histories import DELETE
 
 from benchmarks.generate import Slots, Workload, generate, history
 from benchmarks.run import Landing, compare_text, report_text, run_all
+from reference import fold
+from reference.fold import DELETE
+
+pytestmark = pytest.mark.slow
 
 DEBEZIUM = Workload(events=2_000, keys=200, files=4, late_share=0.2, layout="hive-hour", as_of_share=0.9)
 SHAREPLEX = Workload(source_format="shareplex-json", events=2_000, keys=200, files=3, partial_share=0.5)
 
 
 def folded(w: Workload) -> list[dict]:
-    """The rows at AS OF: the generator's history applied in position order, in plain Python."""
-    rows: dict[int, dict] = {}
+    """The rows at AS OF: the reference fold of the generator's history (each change with its whole row)."""
+    events = []
     for change, _ in history(w):
-        if change.position > w.as_of_position:
-            break
-        if change.op == DELETE:
-            del rows[change.key]
-        else:
-            rows[change.key] = {"id": change.key, "name": change.name, "qty": change.qty}
-    return sorted(rows.values(), key=lambda r: json.dumps(r, sort_keys=True))
+        row = {"id": change.key, "name": change.name, "qty": change.qty}
+        image = {"before": row} if change.op == DELETE else {"after": row}
+        events.append(fold.Event(change.op, change.ms, order=(change.position,), **image))
+    return fold.fold(events, w.as_of_ms, key=("id",)).rows()
 
 
 def bench(
@@ -167,7 +167,8 @@ def test_shareplex_partial_updates_rebuild_exactly(spark, tmp_path_factory):
 
 
 def test_prototype_writes_the_rebuilds_rows_and_counts(spark, debezium):
-    """(v), issue 14's prototype, is a floor only if it does the work: the same rows and counts."""
+    """(v), the design's smallest rebuild (benchmarks/prototype.py), is a floor only if it does the work:
+    the same rows and counts."""
     work, expected, report = debezium
     ((table, _),) = expected["tables"].items()
     assert rows_of(spark, work / "out-v" / table) == folded(DEBEZIUM)

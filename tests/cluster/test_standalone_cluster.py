@@ -1,7 +1,7 @@
 """The snapshot job submitted through Airflow to a real Spark standalone cluster.
 
 The run is the daily example's request for 2024-09-02 (every table, as of 2024-09-03T00:00Z), which
-``tests/test_example_dags.py`` runs in local mode: both must give exactly the sample's documented
+``tests/example_dags/test_example_dags.py`` runs in local mode: both must give exactly the sample's documented
 rows and metrics.
 """
 
@@ -16,6 +16,8 @@ from tests.cluster.conftest import StandaloneCluster
 from tests.sample_expectations import EXPECTED, assert_metrics_match
 
 from airflow_cdc_provider.sample_data import SAMPLE_LANDING
+
+pytestmark = pytest.mark.slow
 
 CONNECTION = "AIRFLOW_CONN_SPARK_STANDALONE"
 

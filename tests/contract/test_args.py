@@ -28,18 +28,30 @@ EVERY_OPTION = SnapshotArgs(
     lateness="2h",
     base_path="/lake/2024-09-01",
     keep_state=True,
-    whole_transactions=True,
     error_file="/tmp/err.json",
 )
 
 
 def test_every_option_round_trips():
     optional = [f for f in fields(SnapshotArgs) if f.default is not MISSING]
-    # Every option set (a history is the other command: its own round trip below; max_quarantined
-    # refuses on_error="fail": tests/reliability/test_quarantine_limit.py round-trips it).
+    # Every option set (a history is the other command and whole transactions refuse a base: their
+    # own round trips below; max_quarantined refuses on_error="fail":
+    # tests/reliability/test_quarantine_limit.py round-trips it).
     unset = [f.name for f in optional if getattr(EVERY_OPTION, f.name) == f.default]
-    assert unset == ["max_quarantined", "history"]
+    assert unset == ["max_quarantined", "whole_transactions", "history"]
     assert SnapshotArgs.from_argv(EVERY_OPTION.to_argv()) == EVERY_OPTION
+
+
+def test_whole_transactions_round_trip_and_refuse_a_base():
+    whole = replace(EVERY_OPTION, whole_transactions=True, base_path=None, keep_state=False)
+    assert "--whole-transactions" in whole.to_argv()
+    assert SnapshotArgs.from_argv(whole.to_argv()) == whole
+    with pytest.raises(
+        CdcJobArgumentError,
+        match=r"^--whole-transactions cannot be combined with --base or --keep-state yet: a transaction "
+        r"may straddle the base's AS OF; run a full rebuild with --whole-transactions instead$",
+    ):
+        SnapshotArgs.from_argv([*whole.to_argv(), "--keep-state"])
 
 
 def test_every_history_option_round_trips():

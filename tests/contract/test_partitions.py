@@ -14,8 +14,8 @@ from airflow_cdc_provider.contract.partitions import (
     PartitionPruningError,
     parse_duration_ms,
 )
-from airflow_cdc_provider.replay.engine import run_snapshot
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import spec_from_keywords
 from airflow_cdc_provider.spark.reader import LandedFile
 
 HOUR = 3_600_000
@@ -103,7 +103,7 @@ def test_hourly_partitions_after_as_of_plus_lateness_are_not_read(spark, tmp_pat
     as_of = at(6, 59)
 
     def run(name: str, **options) -> dict:
-        spec = SnapshotSpec.from_args(
+        spec = spec_from_keywords(
             source_format="debezium-json",
             inputs=[str(landing)],
             as_of=as_of,
@@ -162,7 +162,7 @@ def test_a_strftime_layout_in_another_time_zone(spark, tmp_path):
     (landing / "2024/09/03/a.json").write_text(
         change("c", 2, "b", SEP_2 + 17 * HOUR, 2) + "\n", encoding="utf-8"
     )
-    spec = SnapshotSpec.from_args(
+    spec = spec_from_keywords(
         source_format="debezium-json",
         inputs=[str(landing)],
         as_of=SEP_2 + 14 * HOUR,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,43 +20,16 @@ import pytest
 
 from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events
 
-from airflow_cdc_provider.formats.aws_dms.decoder import Q_OPEN_QUOTE, file_time_ms, table_of
+from airflow_cdc_provider.formats.aws_dms.definitions import file_time_ms, table_of
+from airflow_cdc_provider.formats.aws_dms.s3_csv import Q_OPEN_QUOTE
 from airflow_cdc_provider.spark.reader import WHOLE_FILE_MAX_BYTES
+from reference.records.aws_dms import T0, record, stamp
 
 FMT = "aws-dms"
 PAIMON = CONFORMANCE / "paimon" / "aws-dms" / "table" / "schemaevolution"
 LICENCE_LINES = 17  # each Paimon file starts with a 17-line /* ... */ ASF licence comment
-T0 = 1_725_271_200_000  # 2024-09-02T10:00:00Z
 EMPLOYEE = ("id", "last", "first", "hired", "city")
 COLUMNS = {"hr.employee": EMPLOYEE}
-
-
-def stamp(ms: int, fmt: str = "%Y-%m-%dT%H:%M:%S.%fZ") -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime(fmt)
-
-
-def record(
-    op: str,
-    data: dict | None,
-    *,
-    ms: int = T0,
-    table: str = "product",
-    schema: str = "test",
-    record_type: str = "data",
-    tx: int = 670014899490,
-) -> str:
-    """One DMS Kafka/Kinesis message as a JSON line (the layout of the Paimon capture)."""
-    metadata = {
-        "timestamp": stamp(ms),
-        "record-type": record_type,
-        "operation": op,
-        "partition-key-type": "schema-table",
-        "schema-name": schema,
-        "table-name": table,
-        "transaction-id": tx,
-    }
-    message = {"data": data, "metadata": metadata} if data is not None else {"metadata": metadata}
-    return json.dumps(message)
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -83,6 +56,7 @@ def columns_of(spark, metrics: dict, table: str) -> list[str]:
 # --- the Paimon capture -------------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("upto", [1, 2, 3])
 def test_paimon_schema_evolution_files_in_order(replay, spark, upto):
     expected = json.loads((PAIMON / "schemaevolution.expected.json").read_text())
@@ -113,6 +87,7 @@ def test_paimon_schema_evolution_files_in_order(replay, spark, upto):
     assert_events_add_up(metrics)
 
 
+@pytest.mark.corpus
 def test_paimon_file_4_alone_keeps_its_null(replay, spark):
     expected = json.loads((PAIMON / "schemaevolution.expected.json").read_text())["separate_scenario"]
     metrics, tables = replay(FMT, PAIMON / "aws-dms-data-4.txt", key="id")
@@ -123,6 +98,7 @@ def test_paimon_file_4_alone_keeps_its_null(replay, spark):
     assert_events_add_up(metrics)
 
 
+@pytest.mark.corpus
 def test_paimon_messages_decode_exactly(spark):
     events = [e for e in decode_events(spark, FMT, PAIMON / "aws-dms-data-3.txt") if e["kind"] == "change"]
     ms = 1730032743210  # 2024-10-27T12:39:03.210671Z
@@ -667,7 +643,7 @@ def test_table_definition_gives_names_types_and_key(spark, replay, tmp_path):
 
 def test_the_column_options_reach_the_decoder_from_the_command_line(spark, tmp_path):
     from airflow_cdc_provider.contract.args import SnapshotArgs
-    from airflow_cdc_provider.replay.engine import run_snapshot
+    from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
     from airflow_cdc_provider.replay.spec import SnapshotSpec
 
     landing = employee(tmp_path)
@@ -675,7 +651,7 @@ def test_the_column_options_reach_the_decoder_from_the_command_line(spark, tmp_p
     def run(output: str, columns: str, *extra: str, as_of: int = CHANGE_1_MS + 2000) -> dict:
         argv = ["--format", FMT, "--input", str(landing), "--as-of", str(as_of)]
         argv += ["--output", str(tmp_path / output), "--key", "id", "--columns", columns, *extra]
-        spec = SnapshotSpec.from_job_args(SnapshotArgs.from_argv(argv))
+        spec = SnapshotSpec.each_from_args(SnapshotArgs.from_argv(argv))[0]
         assert spec.decode_options.table_columns == {"employee": tuple(columns.split("=")[1].split(","))}
         return run_snapshot(spark, spec)
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import CONFORMANCE, assert_events_add_up
 
+from reference.records.canal import msg
+
 FMT = "canal-json"
 
 # --- seed 002, "Canal JSON", copied verbatim -------------------------------------------------------
@@ -91,28 +93,6 @@ SEED_DDL_CLEAN = (
 )
 
 TYPES_ID = {"id": "bigint(20)", "shipping_type": "varchar(50)"}
-
-
-def msg(
-    type_: str, data, *, old=None, table="t", es=1000, id_=1, mysql=None, pk=("id",), db="db", **extra
-) -> str:
-    """One Canal message as a JSON line (test input built from literals)."""
-    record = {
-        "data": data,
-        "database": db,
-        "es": es,
-        "id": id_,
-        "isDdl": False,
-        "mysqlType": mysql if mysql is not None else {"id": "int(11)", "name": "varchar(20)"},
-        "old": old,
-        "pkNames": list(pk) if pk is not None else None,
-        "sql": "",
-        "table": table,
-        "ts": es + 5 if isinstance(es, int) else es,
-        "type": type_,
-    }
-    record.update(extra)
-    return json.dumps({k: v for k, v in record.items() if v is not None or k in ("data", "old")})
 
 
 def f32(text: str) -> float:
@@ -220,6 +200,7 @@ def typed_rows(raw_rows: list[dict], casts: dict) -> list[dict]:
     return [{k: None if v is None else casts[k](v) for k, v in r.items()} for r in raw_rows]
 
 
+@pytest.mark.corpus
 def test_flink_canal_data(replay, spark):
     path = CONFORMANCE / "flink" / "canal-data.txt"
     expected = json.loads((CONFORMANCE / "flink" / "canal-data.expected.json").read_text())
@@ -247,6 +228,7 @@ def test_flink_canal_data(replay, spark):
     assert_events_add_up(metrics)
 
 
+@pytest.mark.corpus
 def test_flink_canal_data_filter_table(replay):
     path = CONFORMANCE / "flink" / "canal-data-filter-table.txt"
     expected = json.loads((CONFORMANCE / "flink" / "canal-data-filter-table.expected.json").read_text())
@@ -295,6 +277,7 @@ def _paimon_casts(v5_bits: int) -> dict:
     }
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("upto", [1, 2, 3, 4, 5])
 def test_paimon_schema_evolution(replay, upto):
     expected = json.loads((PAIMON_DIR / "schemaevolution.expected.json").read_text())
@@ -707,7 +690,7 @@ def test_a_column_added_back_after_a_drop_starts_empty(replay, tmp_path):
     assert_events_add_up(metrics)
 
 
-# --- untyped values keep their JSON type (issue 15, item 5) ------------------------------------------
+# --- untyped values keep their JSON type -------------------------------------------------------------
 
 
 def _untyped_message(rows: list[str], op: str = "INSERT", old: str = "null") -> str:
@@ -784,7 +767,7 @@ def test_an_update_of_untyped_values_keeps_the_unchanged_ones(replay, tmp_path):
     assert_events_add_up(metrics)
 
 
-# --- column order (issue 15, item 1) -----------------------------------------------------------------
+# --- column order: the source table's ----------------------------------------------------------------
 
 
 def after_columns(spark, path: Path) -> list[list[str]]:

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import CONFORMANCE, assert_events_add_up
 
+from reference.records.datahub_blob import message
+
 FMT = "datahub-blob"
 
 # --- seed 003, "Sample JSON messages", copied verbatim (split only into Python string pieces) ---------
@@ -122,42 +124,6 @@ def write_jsonl(path: Path, records: list) -> Path:
         "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8"
     )
     return path
-
-
-def message(
-    op: str,
-    *,
-    seq: str | int | None,
-    event_ms: int | None = 1700000000000,
-    table: str = "t",
-    before: object = None,
-    after: object = None,
-    columns: dict[str, str] | None = None,
-    keys: list[str] | None = ("id",),
-    db: str = "db",
-    **payload,
-) -> dict:
-    """A BLOB message in the seed's layout; ``before``/``after`` dicts are wrapped in ``dataColumn``."""
-    columns = columns or {"id": "LONG", "name": "STRING"}
-
-    def wrap(image: object) -> object:
-        return {"dataColumn": image} if isinstance(image, dict) else image
-
-    body = {
-        "op": op,
-        "before": wrap(before),
-        "after": wrap(after),
-        "sequenceId": seq,
-        "timestamp": {"eventTime": event_ms, "systemTime": (event_ms or 0) + 5},
-        **payload,
-    }
-    schema = {
-        "dataColumn": [{"name": n, "type": t} for n, t in columns.items()],
-        "source": {"dbType": "MySQL", "dbName": db, "tableName": table},
-    }
-    if keys is not None:
-        schema["primaryKey"] = list(keys)
-    return {"schema": schema, "payload": body, "version": "0.0.1"}
 
 
 SEED_TYPES = {"id": "bigint", "name": "string", "comment": "string"}
@@ -282,6 +248,7 @@ def test_seed_samples_replay(replay, spark, tmp_path, as_of, rows, applied, afte
 ALIYUN = CONFORMANCE / "paimon" / "aliyun" / "table" / "event"
 
 
+@pytest.mark.corpus
 def test_paimon_aliyun_events_in_order(replay):
     expected = json.loads((ALIYUN / "event.expected.json").read_text())
     inputs = [CONFORMANCE / f for f in expected["source_files"]]  # insert, update-in-one, delete
@@ -318,6 +285,7 @@ def test_paimon_aliyun_events_in_order(replay):
     assert_events_add_up(metrics)
 
 
+@pytest.mark.corpus
 def test_paimon_aliyun_messages_decode(spark):
     events = [
         e

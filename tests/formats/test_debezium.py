@@ -27,7 +27,7 @@ def pg_change(row: dict, lsn, ts_ms: int = 1734430557496, op: str = "c") -> str:
     return json.dumps(record).replace('"@LSN@"', lsn if isinstance(lsn, str) else json.dumps(lsn))
 
 
-# --- item 4: LSNs are unsigned 64-bit; an unreadable one never costs the row -------------------------
+# --- LSNs are unsigned 64-bit; an unreadable one never costs the row ---------------------------------
 
 
 def test_lsn_positions_order_as_unsigned_64_bit(spark, tmp_path):
@@ -98,7 +98,7 @@ def test_an_unreadable_lsn_orders_the_record_by_event_time_and_keeps_the_row(rep
     assert metrics["ordering"] == {"unreadable_log_position": 3}
 
 
-# --- item 3: Kafka Connect decimals as Base64, JSON numbers (decimal.format=NUMERIC) or text ---------
+# --- Kafka Connect decimals as Base64, JSON numbers (decimal.format=NUMERIC) or text -----------------
 
 
 def _decimal_schema(columns: dict[str, tuple[int, int]]) -> dict:

@@ -7,52 +7,16 @@ import shutil
 from datetime import datetime, timezone
 from decimal import Decimal
 
+import pytest
+
 from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events, write_jsonl
+
+from reference.records.debezium_mongodb import T, value
 
 FMT = "debezium-mongodb"
 PAIMON = CONFORMANCE / "paimon" / "debezium-bson" / "table" / "event"
 LICENCE_LINES = 17  # each Paimon file starts with a 17-line /* ... */ ASF licence comment
-T = 1_725_264_000_000  # 2024-09-02T08:00:00Z
 OID = "67ab25755c0d5ac87eb8c632"
-
-
-def value(
-    op: str | None,
-    *,
-    after: dict | str | None = None,
-    before: dict | str | None = None,
-    ts_ms: int = T,
-    ord_: int | None = 1,
-    db: str = "shop",
-    collection: str | None = "orders",
-    snapshot: str = "false",
-    **extra,
-) -> str:
-    """A Debezium MongoDB value as a JSON line; dict documents are written as extended-JSON strings."""
-
-    def doc(d):
-        return json.dumps(d) if isinstance(d, dict) else d
-
-    record = {
-        "before": doc(before),
-        "after": doc(after),
-        "updateDescription": None,
-        "source": {
-            "version": "2.7.0.Final",
-            "connector": "mongodb",
-            "name": "m",
-            "ts_ms": ts_ms,
-            "snapshot": snapshot,
-            "db": db,
-            "collection": collection,
-            "ord": ord_,
-        },
-        "op": op,
-        "ts_ms": ts_ms + 5,
-        "transaction": None,
-        **extra,
-    }
-    return json.dumps(record)
 
 
 def key(id_json: str) -> str:
@@ -78,6 +42,7 @@ def _paimon_row(expected: dict) -> dict:
     }
 
 
+@pytest.mark.corpus
 def test_paimon_insert_then_update_then_delete(replay, spark, tmp_path):
     expected = json.loads((PAIMON / "event.expected.json").read_text())
     # All six captured values share one source position (ts_ms 1739321992000, ord 28): only the
@@ -107,6 +72,7 @@ def test_paimon_insert_then_update_then_delete(replay, spark, tmp_path):
     assert metrics["rows"] == expected["row_count"] == 0
 
 
+@pytest.mark.corpus
 def test_paimon_deletes_take_their_key_from_the_kafka_key_line(spark):
     events = [e for e in decode_events(spark, FMT, PAIMON / "event-delete.txt") if e["kind"] == "change"]
     # {"$oid": ...} and a bare JSON string name the same _id; the third delete carries its before image.

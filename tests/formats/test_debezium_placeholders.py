@@ -20,13 +20,16 @@ import pytest
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from tests.conftest import assert_events_add_up, rows_of, write_jsonl  # noqa: E402
-from tests.formats.test_debezium_avro import _column, container, envelope, envelope_schema, write  # noqa: E402
+from tests.formats.test_debezium_avro import write  # noqa: E402
 
 from airflow_cdc_provider.contract.args import SnapshotArgs  # noqa: E402
 from airflow_cdc_provider.contract.checks import CdcJobArgumentError  # noqa: E402
 from airflow_cdc_provider.contract.unavailable import placeholder_bytes  # noqa: E402
-from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots  # noqa: E402
+from airflow_cdc_provider.replay.runs.history import run_history  # noqa: E402
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots  # noqa: E402
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot  # noqa: E402
 from airflow_cdc_provider.replay.spec import SnapshotSpec  # noqa: E402
+from reference.records.debezium_avro import _column, container, envelope, envelope_schema  # noqa: E402
 
 P = "__debezium_unavailable_value"
 T0 = 1_725_271_200_000  # 2024-09-02T10:00:00Z
@@ -142,7 +145,7 @@ def _spec(landing, output: Path, as_of, **options) -> SnapshotSpec:
         key_columns="id",
         **options,
     )
-    return SnapshotSpec.from_job_args(args)
+    return SnapshotSpec.each_from_args(args)[0]
 
 
 def _rows(spark, metrics: dict, table: str = TABLE) -> list[dict]:
@@ -173,7 +176,7 @@ def test_several_as_ofs_and_the_history_see_the_same_values(spark, tmp_path):
         as_of=as_ofs,
         key_columns="id",
     )
-    at_5, at_7 = run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+    at_5, at_7 = run_snapshots(spark, SnapshotSpec.each_from_args(args))
     first = row(1, "b", "LONG TEXT ORIGINAL", bytearray(PIC), '["x","y"]')
     assert _rows(spark, at_5) == [first, row(2, "t3", "v2")]
     assert at_5["tables"][TABLE]["unavailable_values"] == {}
@@ -205,7 +208,7 @@ def test_several_as_ofs_and_the_history_see_the_same_values(spark, tmp_path):
 
 
 def test_inserts_holding_placeholders_share_one_fold_across_as_ofs(spark, tmp_path, caplog):
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     landing = write_jsonl(
         tmp_path / "in" / "docs.json",
         [doc("c", 1, 1, title="a", body="text"), doc("c", 2, 6, title="n", body=P, pic=b64(P.encode()))],
@@ -217,7 +220,7 @@ def test_inserts_holding_placeholders_share_one_fold_across_as_ofs(spark, tmp_pa
         as_of=[T0 + 1500, T0 + 2500],
         key_columns="id",
     )
-    early, late = run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+    early, late = run_snapshots(spark, SnapshotSpec.each_from_args(args))
     assert "several AS OFs: one fold for all 2" in caplog.messages
     assert early["tables"][TABLE]["unavailable_values"] == {}
     assert late["tables"][TABLE]["unavailable_values"] == {"body": 1, "pic": 1}

@@ -1,7 +1,7 @@
 """DTS Avro decoder: real Avro messages written with fastavro, decoded through Spark.
 
 There are no real DTS binary samples (see ../shared/conformance/PROVENANCE.md): the messages here
-are written with ``dts_avro_schema.record_schema``, the way DTS writes them (schemaless for Kafka,
+are written with the package's ``record_schema`` (``reference.records.dts_avro``), the way DTS writes them (schemaless for Kafka,
 ``fastavro.writer`` for container files), and decoded by the real decoder and engine.
 """
 
@@ -41,27 +41,21 @@ from airflow_cdc_provider.formats.dts_avro.schema import NAMESPACE, OPERATIONS, 
 from airflow_cdc_provider.formats.dts_avro.values import decimal_type, integer_type, parse_zone  # noqa: E402
 from airflow_cdc_provider.formats.events import Q_BAD_AVRO  # noqa: E402
 from airflow_cdc_provider.spark.reader import list_landed_files  # noqa: E402
+from reference.records.dts_avro import (  # noqa: E402
+    T0,
+    WRITER,
+    chars,
+    empty,
+    integer,
+    message,
+    record,
+    value,
+)
 
-WRITER = fastavro.parse_schema(record_schema())
 OLD_WRITER = fastavro.parse_schema(record_schema(born_timestamp=False))
-PK = '{"PRIMARY":["id"]}'
-T0 = 1725260000  # 2024-09-02T06:53:20Z, seconds as DTS sends sourceTimestamp
 
 
 # ------------------------------------------------------------------ building DTS messages
-
-
-def value(kind: str, **body: Any) -> tuple[str, Any]:
-    return (f"{NAMESPACE}.{kind}", body)
-
-
-def integer(v: int | str, precision: int = 19) -> tuple[str, Any]:
-    return value("Integer", precision=precision, value=str(v))
-
-
-def chars(text: str, charset: str = "utf8mb4") -> tuple[str, Any]:
-    codec = {"utf8mb4": "utf-8", "gbk": "gbk", "latin1": "cp1252"}.get(charset, "utf-8")
-    return value("Character", charset=charset, value=text.encode(codec))
 
 
 def dec(text: str, precision: int = 10, scale: int = 2) -> tuple[str, Any]:
@@ -79,24 +73,6 @@ def date_time(**parts: int | None) -> tuple[str, Any]:
     )
 
 
-def empty(symbol: str = "NULL") -> tuple[str, str]:
-    return (f"{NAMESPACE}.EmptyObject", symbol)
-
-
-PRODUCT_FIELDS = [
-    ("id", 8),
-    ("name", 253),
-    ("price", 246),
-    ("weight", 4),
-    ("score", 5),
-    ("created", 7),
-    ("updated", 12),
-    ("day", 10),
-    ("photo", 252),
-    ("doc", 245),
-]
-
-
 def product(id_: int, name: str, price: str, weight: float) -> list[Any]:
     """A products row covering every common value record type."""
     return [
@@ -111,44 +87,6 @@ def product(id_: int, name: str, price: str, weight: float) -> list[Any]:
         value("BinaryObject", type="BLOB", value=bytes([0, 1, 254])),
         value("TextObject", type="JSON", value='{"a": 1}'),
     ]
-
-
-def record(
-    operation: str,
-    id_: int,
-    *,
-    before: list[Any] | None = None,
-    after: list[Any] | str | None = None,
-    table: str | None = "shop.products",
-    fields: list[tuple[str, int]] | None = PRODUCT_FIELDS,
-    pk: str | None = PK,
-    ts: int | None = None,
-    position: str | None = None,
-    source: str = "MySQL",
-) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "id": id_,
-        "sourceTimestamp": T0 + id_ if ts is None else ts,
-        "sourcePosition": position if position is not None else f"{1000 + id_}@mysql-bin.000007",
-        "safeSourcePosition": "",
-        "sourceTxid": f"tx{id_ // 10}",
-        "source": {"sourceType": source, "version": "8.0.32"},
-        "operation": operation,
-        "objectName": table,
-        "processTimestamps": None,
-        "tags": {"pk_uk_info": pk} if pk else {},
-        "fields": [{"name": n, "dataTypeNumber": t} for n, t in fields] if fields is not None else None,
-        "beforeImages": before,
-        "afterImages": after,
-        "bornTimestamp": (T0 + id_) * 1000,
-    }
-
-
-def message(rec: dict[str, Any], schema: Any = WRITER) -> bytes:
-    buffer = io.BytesIO()
-    fastavro.schemaless_writer(buffer, schema, rec)
-    return buffer.getvalue()
 
 
 def b64(data: bytes) -> str:

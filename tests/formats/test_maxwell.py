@@ -5,43 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events, write_jsonl
 
+from reference.records.maxwell import T, rec
+
 FMT = "maxwell-json"
-T = 1_725_264_000  # 2024-09-02T08:00:00Z, in seconds as Maxwell writes ts
-
-
-def rec(
-    type_: str | None,
-    data=None,
-    *,
-    old=None,
-    database="db",
-    table="t",
-    ts: int | str | None = T,
-    xid: int | None = None,
-    xoffset: int | None = None,
-    commit: bool | None = None,
-    position: str | None = None,
-    pk=("id",),
-    **extra,
-) -> str:
-    """One Maxwell record as a JSON line (test input built from literals)."""
-    record = {
-        "database": database,
-        "table": table,
-        "type": type_,
-        "ts": ts,
-        "xid": xid,
-        "xoffset": xoffset,
-        "commit": commit,
-        "position": position,
-        "data": data,
-        "old": old,
-        "primary_key_columns": list(pk) if pk is not None else None,
-        **extra,
-    }
-    return json.dumps({k: v for k, v in record.items() if v is not None})
 
 
 def by_id(rows: list[dict], col: str = "id") -> list[dict]:
@@ -51,6 +21,7 @@ def by_id(rows: list[dict], col: str = "id") -> list[dict]:
 # --- conformance corpus -----------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_flink_maxwell_data(replay, spark):
     path = CONFORMANCE / "flink" / "maxwell-data.txt"
     expected = json.loads((CONFORMANCE / "flink" / "maxwell-data.expected.json").read_text())
@@ -80,6 +51,7 @@ def test_flink_maxwell_data(replay, spark):
     assert_events_add_up(metrics)
 
 
+@pytest.mark.corpus
 def test_flink_maxwell_data_orders_by_ts_xid_and_xoffset_whatever_the_line_order(replay, tmp_path):
     lines = (CONFORMANCE / "flink" / "maxwell-data.txt").read_text().splitlines()
     expected = json.loads((CONFORMANCE / "flink" / "maxwell-data.expected.json").read_text())

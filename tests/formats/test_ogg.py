@@ -4,37 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import CONFORMANCE, assert_events_add_up, decode_events, write_jsonl
 
+from reference.records.ogg import rec
+
 FMT = "ogg-json"
-T_TEXT = "2024-09-02 08:00:00.000000"
 T = 1_725_264_000_000  # T_TEXT in epoch ms (op_ts is UTC)
-
-
-def rec(
-    op_type: str | None,
-    *,
-    after=None,
-    before=None,
-    table: str | None = "OGG.T",
-    op_ts: str | None = T_TEXT,
-    pos: str | int | None = 1,
-    pk=("id",),
-    **extra,
-) -> str:
-    """One GoldenGate JSON record as a line (test input built from literals); an int ``pos`` is zero-padded."""
-    record = {
-        "table": table,
-        "op_type": op_type,
-        "op_ts": op_ts,
-        "current_ts": "2024-09-02T08:00:01.000000",
-        "pos": f"{pos:020d}" if isinstance(pos, int) else pos,
-        "primary_keys": list(pk) if pk is not None else None,
-        "before": before,
-        "after": after,
-        **extra,
-    }
-    return json.dumps({k: v for k, v in record.items() if v is not None})
 
 
 def at(seconds: int) -> str:
@@ -49,6 +26,7 @@ def by_id(rows: list[dict]) -> list[dict]:
 # --- conformance corpus -----------------------------------------------------------------------------
 
 
+@pytest.mark.corpus
 def test_flink_ogg_data(replay, spark):
     path = CONFORMANCE / "flink" / "ogg-data.txt"
     expected = json.loads((CONFORMANCE / "flink" / "ogg-data.expected.json").read_text())
@@ -78,6 +56,7 @@ def test_flink_ogg_data(replay, spark):
     assert_events_add_up(metrics)
 
 
+@pytest.mark.corpus
 def test_flink_ogg_data_orders_by_pos_not_by_line_or_op_ts(replay, tmp_path):
     lines = (CONFORMANCE / "flink" / "ogg-data.txt").read_text().splitlines()
     expected = json.loads((CONFORMANCE / "flink" / "ogg-data.expected.json").read_text())

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from tests.conftest import assert_events_add_up
 
+from reference.records.shareplex import rec
+
 FMT = "shareplex-json"
 
 # --- seed 002, "Shareplex JSON", copied verbatim ---------------------------------------------------
@@ -77,40 +79,6 @@ T_INSERT = 1497623074000  # 2017-06-16T14:24:34Z
 T_UPDATE = 1497627493000  # 2017-06-16T15:38:13Z
 T_DELETE = 1497628295000  # 2017-06-16T15:51:35Z
 TRANS_7_0_411499 = (7 << 48) + 411499
-
-
-def rec(
-    op: str,
-    data=None,
-    key=None,
-    *,
-    table="S.T",
-    time="2024-01-01T00:00:00",
-    scn=100,
-    trans="1.2.3",
-    seq=1,
-    size=None,
-    rowid=None,
-    **meta,
-) -> str:
-    """One Shareplex record as a JSON line (test input built from literals)."""
-    m = {
-        "time": time,
-        "op": op,
-        "scn": scn,
-        "trans": trans,
-        "seq": seq,
-        "size": size,
-        "table": table,
-        "rowid": rowid,
-        **meta,
-    }
-    record = {"meta": {k: v for k, v in m.items() if v is not None}}
-    if data is not None:
-        record["data"] = data
-    if key is not None:
-        record["key"] = key
-    return json.dumps(record)
 
 
 def decode(spark, path: Path, **options) -> list[dict]:

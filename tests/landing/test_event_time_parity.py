@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED, decode_events
-from tests.reliability.histories import ENCODERS, before_images, random_history
+from tests.conftest import SHARED, corpus_parametrize, decode_events
 
 from airflow_cdc_provider.landing.event_time import extractor_for
+from reference.histories import ENCODERS, before_images, random_history
 
 # Corpus files by format: the decoder's name for what each capture holds.
 CORPUS_PATTERNS = {
@@ -81,7 +81,8 @@ def test_generated_history(fmt, spark, tmp_path):
     assert _assert_parity(spark, fmt, path, **key) >= len(changes) - 1
 
 
-@pytest.mark.parametrize(
+@pytest.mark.corpus
+@corpus_parametrize(
     ("fmt", "path"),
     [(fmt, p) for fmt in sorted(CORPUS_PATTERNS) for p in _corpus(fmt)],
     ids=lambda value: value.name if isinstance(value, Path) else value,

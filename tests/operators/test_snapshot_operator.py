@@ -1,4 +1,4 @@
-"""CdcSnapshotOperator and CdcReplayHook: argument safety, defaults, and real runs under dag.test().
+"""CdcSnapshotOperator: the job it sends, its asset and lineage, and real runs under dag.test().
 
 The dag.test() runs really call spark-submit (local[2]); each costs about 20 s, so there are two,
 plus one submission that is killed while it starts.
@@ -12,187 +12,18 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pendulum
 import pytest
 
 from tests import airflow_env
+from tests.operators.landed_customers import ANNE_MARIE, AS_OF, T0, operator_dag, run_conf
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.as_of import resolve_as_of
-from airflow_cdc_provider.hooks.cdc_replay import (
-    CdcJobArgumentError,
-    CdcReplayHook,
-    CdcReplayJobError,
-    SparkTarget,
-)
+from airflow_cdc_provider.hooks.cdc_replay import CdcReplayHook, CdcReplayJobError
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
-
-T0 = 1725264000000  # 2024-09-02T08:00:00Z
-AS_OF = "2024-09-02T08:00:05+00:00"
-
-
-def lindorm(op: str, second: int, before: dict | None, after: dict | None) -> str:
-    """A Lindorm SQL record shaped like the seed-000 samples ("schema": {}, payload wrapper)."""
-    ts = T0 + second * 1000
-    payload = {
-        "op": op,
-        "ts_ms": ts + 8,
-        "before": before,
-        "after": after,
-        "source": {
-            "version": "v1.0",
-            "db": "ld-xxxx",
-            "namespace": "default",
-            "table": "customers",
-            "ts_ms": ts,
-        },
-    }
-    return json.dumps({"schema": {}, "payload": payload})
-
-
-ANNE = {"id": "1004", "first_name": "Anne", "last_name": "Kretchmar"}
-SALLY = {"id": "1005", "first_name": "Sally", "last_name": "Thomas"}
-ANNE_MARIE = {"id": "1004", "first_name": "Anne Marie", "last_name": "Kretchmar"}
-GEORGE = {"id": "1006", "first_name": "George", "last_name": "Bailey"}
-
-
-@pytest.fixture
-def landed(tmp_path: Path) -> Path:
-    """Two files; a key's events span both; a tombstone; one event after AS OF."""
-    root = tmp_path / "landing"
-    root.mkdir()
-    (root / "a.jsonl").write_text(
-        "\n".join([lindorm("c", 1, None, ANNE), lindorm("c", 2, None, SALLY), "null"]) + "\n",
-        encoding="utf-8",
-    )
-    (root / "b.jsonl").write_text(
-        "\n".join(
-            [lindorm("u", 3, ANNE, ANNE_MARIE), lindorm("d", 4, SALLY, None), lindorm("c", 10, None, GEORGE)]
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    return root
-
-
-def run_conf(tmp_path: Path, landed: Path, **overrides) -> dict:
-    conf = {
-        "inputs": [str(landed / "a.jsonl"), str(landed / "b.jsonl")],
-        "output": str(tmp_path / "snapshot"),
-        "as_of": AS_OF,
-        "key": ["id"],
-        "tables": [],
-        "report_file": str(tmp_path / "task_exception.txt"),
-        "lineage_file": str(tmp_path / "lineage.json"),
-    }
-    conf.update(overrides)
-    return conf
-
-
-def operator_dag(dag_id: str):
-    bag = airflow_env.load_dags(airflow_env.OPERATOR_TEST_DAGS)
-    assert bag.import_errors == {}
-    return bag.get_dag(dag_id)
-
-
-# ------------------------------------------------------------------------------------------------
-# Argument list: exact, and impossible to inject into
-# ------------------------------------------------------------------------------------------------
-
-
-def test_argument_list_is_exact():
-    request = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=["/lake/a", "s3a://lake/b/*.json"],
-        output_path="/lake/out",
-        as_of=pendulum.datetime(2024, 9, 2, 6, 40, tz="UTC"),
-        key_columns=["id", "region"],
-        tables="default.customers",
-        on_error="fail",
-        with_metadata=True,
-    )
-    assert replace(request, error_file="/tmp/err.json").to_argv() == [
-        "--format", "debezium-json",
-        "--input", "/lake/a",
-        "--input", "s3a://lake/b/*.json",
-        "--as-of", "2024-09-02T06:40:00+00:00",
-        "--output", "/lake/out",
-        "--key", "id,region",
-        "--table", "default.customers",
-        "--on-error", "fail",
-        "--with-metadata",
-        "--error-file", "/tmp/err.json",
-    ]  # fmt: skip
-    one_path = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths="/lake/a",
-        output_path="/o",
-        as_of=1725259200000,
-        key_columns={"db.orders": ["order_id", "line"], "db.items": "sku"},
-    )
-    assert one_path.to_argv() == [
-        "--format", "debezium-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/o",
-        "--key", "db.orders=order_id,line", "--key", "db.items=sku", "--on-error", "quarantine",
-    ]  # fmt: skip
-    incremental = SnapshotArgs.build(
-        source_format="canal-json",
-        input_paths="/lake/a",
-        output_path="/lake/2024-09-03",
-        as_of=1725259200000,
-        partitions="%Y/%m/%d",
-        partition_timezone="Asia/Shanghai",
-        lateness="2h",
-        base_path="/lake/2024-09-02",
-    )
-    assert incremental.to_argv() == [
-        "--format", "canal-json", "--input", "/lake/a", "--as-of", "1725259200000", "--output", "/lake/2024-09-03",
-        "--on-error", "quarantine", "--partitions", "%Y/%m/%d", "--lateness", "2h",
-        "--partition-timezone", "Asia/Shanghai", "--base", "/lake/2024-09-02",
-    ]  # fmt: skip
-    kept = SnapshotArgs.build(
-        source_format="canal-json", input_paths="/a", output_path="/o", as_of=0, keep_state=True
-    )
-    assert kept.to_argv()[-1] == "--keep-state"
-
-
-GOOD = {
-    "source_format": "debezium-json",
-    "input_paths": ["/lake/a"],
-    "output_path": "/lake/out",
-    "as_of": "2024-09-02T06:40:00Z",
-}
-
-
-@pytest.mark.parametrize(
-    ("field", "value", "message"),
-    [
-        ("input_paths", ["/lake/a", "--master=yarn"], "must not start with '-'"),
-        ("output_path", "--conf spark.driver.extraJavaOptions=-Dx", "must not start with '-'"),
-        ("output_path", "/lake/out\n--with-metadata", "line breaks"),
-        ("key_columns", ["id", "-x"], "must not start with '-'"),
-        ("key_columns", ["id,--table"], "single column names"),
-        ("key_columns", {"db.t=x": "id"}, "must not contain '=' or ','"),
-        ("key_columns", {"db.t": []}, "at least one column"),
-        ("tables", ["db.t\r\n--on-error fail"], "line breaks"),
-        ("as_of", "--as-of", "must not start with '-'"),
-        ("as_of", "2024-09-02T06:40:00", "UTC offset"),
-        ("as_of", "yesterday", "ISO-8601"),
-        ("source_format", "debezium-json --master yarn", "unknown source_format"),
-        ("on_error", "ignore", "on_error must be one of"),
-        ("input_paths", [], "at least one path"),
-        ("input_paths", [""], "must not be empty"),
-        ("base_path", "--master=yarn", "must not start with '-'"),
-        ("lateness", "a while", "--lateness must be a duration such as 30m, 1h or 2d, not 'a while'"),
-        ("partitions", "dt=%m-%d", "partition_pattern must be a relative strftime pattern containing %Y"),
-        ("partition_timezone", "Moon/Base", "unknown partition_timezone 'Moon/Base'"),
-    ],
-)
-def test_values_that_could_inject_options_are_refused(field, value, message):
-    with pytest.raises(CdcJobArgumentError, match=message):
-        SnapshotArgs.build(**{**GOOD, field: value})
 
 
 def _executed(monkeypatch, written: list[dict], **arguments):
@@ -281,77 +112,6 @@ def test_as_of_defaults_to_data_interval_end():
     }
 
 
-def test_submit_conf_defaults_only_for_local_masters():
-    hook = CdcReplayHook(spark_conf={"spark.executor.memory": "2g"})
-    quiet = {"spark.log.level": "WARN"}
-    loopback = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    local_memory = {"spark.driver.memory": "2g"}
-    this_python = {"spark.pyspark.python": sys.executable}
-    user = {"spark.executor.memory": "2g"}
-    assert hook.submit_conf(SparkTarget("local[2]")) == {**user, **quiet, **loopback, **local_memory}
-    assert hook.submit_conf(SparkTarget("spark://127.0.0.1:7077")) == {
-        **user,
-        **quiet,
-        **loopback,
-        **this_python,
-    }
-    assert hook.submit_conf(SparkTarget("spark://cluster:7077")) == {**user, **quiet}
-    assert hook.submit_conf(SparkTarget("spark://cluster:7077", deploy_mode="cluster")) == {
-        **user,
-        **quiet,
-        "spark.standalone.submit.waitAppCompletion": "true",
-    }
-    assert hook.submit_conf(SparkTarget("yarn", deploy_mode="cluster")) == {**user, **quiet}
-    own = CdcReplayHook(
-        spark_conf={"spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.log.level": "ERROR"}
-    ).submit_conf(SparkTarget("local[*]"))
-    assert own == {
-        "spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.log.level": "ERROR",
-        "spark.driver.bindAddress": "127.0.0.1",
-    }  # fmt: skip
-
-
-def test_a_local_mode_driver_gets_the_jvm_options_ahead_of_the_users_own():
-    hook = CdcReplayHook(spark_conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
-    quick = ["-XX:TieredStopAtLevel=1"]
-    local = hook.submit_conf(SparkTarget("local[2]"), quick)
-    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -Dmine=1"
-    cluster = hook.submit_conf(SparkTarget("spark://127.0.0.1:7077"), quick)
-    assert cluster["spark.driver.extraJavaOptions"] == "-Dmine=1"
-    assert "spark.driver.extraJavaOptions" not in CdcReplayHook().submit_conf(SparkTarget("local[2]"), [])
-
-
-def test_driver_log_level_is_spark_log_level_unless_left_to_spark():
-    target = SparkTarget("spark://cluster:7077")
-    assert CdcReplayHook(driver_log_level="info").submit_conf(target) == {"spark.log.level": "INFO"}
-    assert CdcReplayHook(driver_log_level=None).submit_conf(target) == {}
-    for build in (
-        lambda: CdcReplayHook(driver_log_level="quiet"),
-        lambda: CdcSnapshotOperator(
-            task_id="t",
-            source_format="debezium-json",
-            input_paths="/i",
-            output_path="/o",
-            driver_log_level="quiet",
-        ),
-    ):
-        with pytest.raises(CdcJobArgumentError) as raised:
-            build()
-        assert (
-            str(raised.value)
-            == "driver_log_level must be one of ALL, DEBUG, ERROR, FATAL, INFO, OFF, TRACE, WARN, got 'quiet'"
-        )
-
-
-def test_submit_env_binds_spark_to_loopback_only_for_masters_on_this_machine(monkeypatch):
-    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
-    assert CdcReplayHook.submit_env(SparkTarget("local[2]"))["SPARK_LOCAL_IP"] == "127.0.0.1"
-    assert CdcReplayHook.submit_env(SparkTarget("spark://localhost:7077"))["SPARK_LOCAL_IP"] == "127.0.0.1"
-    assert "SPARK_LOCAL_IP" not in CdcReplayHook.submit_env(SparkTarget("yarn"))
-    path = CdcReplayHook.submit_env(SparkTarget("yarn"))["PATH"].split(os.pathsep)
-    assert path[0] == str(Path(sys.executable).parent)
-
-
 def test_output_asset_is_the_stable_part_of_the_output_path():
     from airflow.sdk import DAG, Asset
 
@@ -399,19 +159,12 @@ def test_the_operator_needs_no_openlineage_provider():
     assert result.stdout.strip().splitlines()[-1] == "None []"
 
 
-def test_metrics_are_read_through_object_storage_for_uris():
-    import fsspec
-
-    fs = fsspec.filesystem("memory")
-    fs.pipe("/cdc-test-bucket/snap/_cdc_metrics.json", b'{"rows": 7}')
-    assert CdcReplayHook.read_metrics("memory://cdc-test-bucket/snap") == {"rows": 7}
-
-
 # ------------------------------------------------------------------------------------------------
 # Real runs: dag.test() -> spark-submit local[2]
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed, capfd):
     conf = run_conf(tmp_path, landed)
     dag_run = operator_dag("cdc_operator_test").test(run_conf=conf)
@@ -474,58 +227,7 @@ def test_snapshot_task_returns_the_job_metrics(airflow_db, tmp_path, landed, cap
     ] == []
 
 
-def test_history_task_writes_every_version_through_spark_submit(airflow_db, tmp_path, landed):
-    """CdcHistoryOperator: the ``history`` job under spark-submit, its metrics as the XCom."""
-    conf = run_conf(tmp_path, landed, output=str(tmp_path / "history"))
-    dag_run = operator_dag("cdc_history_test").test(run_conf=conf)
-    assert airflow_env.task_states(dag_run) == {"history": "success"}, Path(conf["report_file"]).read_text()
-    metrics = airflow_env.xcom_return_value(dag_run, "history")
-    output = Path(conf["output"])
-    assert metrics == json.loads((output / "_cdc_metrics.json").read_text(encoding="utf-8"))
-    assert (metrics["as_of"], metrics["rows"], metrics["versions"]) == (AS_OF, 1, 3)
-    assert metrics["tables"]["default.customers"]["versions"] == 3
-
-    import pyarrow.parquet as pq
-
-    versions = pq.read_table(output / "default.customers").to_pylist()
-    ms = {None: None} | {T0 + s * 1000: s for s in range(10)}
-    assert sorted(
-        (
-            ms[int(v["_cdc_valid_from"].timestamp() * 1000)],
-            v["_cdc_valid_to"] and ms[int(v["_cdc_valid_to"].timestamp() * 1000)],
-            v["_cdc_op"],
-            v["first_name"],
-        )
-        for v in versions
-    ) == [(1, 3, "insert", "Anne"), (2, 4, "insert", "Sally"), (3, None, "update", "Anne Marie")]
-
-
-def test_the_history_operator_sends_the_history_job(monkeypatch):
-    from airflow_cdc_provider.operators.history import CdcHistoryOperator
-
-    sent = []
-    metrics = {"output": "file:/o", "as_of": AS_OF, "rows": 0, "versions": 0, "tables": {}}
-    monkeypatch.setattr(
-        CdcReplayHook, "run_snapshot", lambda hook, request: sent.append(request) or [metrics]
-    )
-    operator = CdcHistoryOperator(
-        task_id="history", source_format="debezium-json", input_paths="/in", output_path="/o", until=AS_OF
-    )
-    assert "until" in operator.template_fields and "as_of" not in operator.template_fields
-    assert (
-        operator.execute({"outlet_events": {operator.output_asset: type("E", (), {"extra": {}})()}})
-        == metrics
-    )
-    (request,) = sent
-    assert request.to_argv()[:5] == ["history", "--format", "debezium-json", "--input", "/in"]
-    assert request.to_argv()[5:9] == ["--until", AS_OF, "--output", "/o"]
-    assert SnapshotArgs.from_argv(request.to_argv()) == request
-    with pytest.raises(TypeError, match="CdcHistoryOperator takes until, not keep_state"):
-        CdcHistoryOperator(
-            task_id="h", source_format="debezium-json", input_paths="/in", output_path="/o", keep_state=True
-        )
-
-
+@pytest.mark.slow
 def test_failed_job_fails_the_task_with_the_job_message(airflow_db, tmp_path, landed):
     # No --key: plain Debezium values do not name their key, so the job must refuse, naming the table.
     conf = run_conf(tmp_path, landed, key=[])
@@ -583,6 +285,7 @@ def running_submission() -> tuple[int, int] | None:
     return (table[drivers[0]][0], drivers[0]) if drivers else None
 
 
+@pytest.mark.slow
 def test_on_kill_stops_the_running_submission(tmp_path, landed):
     operator = CdcSnapshotOperator(
         task_id="snapshot", source_format="debezium-json", input_paths=str(landed),

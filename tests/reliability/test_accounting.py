@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import assert_events_add_up
-from tests.reliability.histories import ENCODERS, T0, Expected, land, random_history
+
+from reference.histories import ENCODERS, T0, Expected, land, random_history
 
 HISTORIES_PER_RUN = 4
 EVENT_KEYS = ("read", "applied", "after_as_of", "ignored", "duplicates", "quarantined")

@@ -57,6 +57,7 @@ def snapshot_state(spark, output: Path) -> tuple:
     )
 
 
+@pytest.mark.slow
 def test_second_run_is_refused_and_a_run_killed_while_writing_leaves_the_previous_snapshot(
     spark, replay, tmp_path
 ):

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CDC_REPLAY, assert_events_add_up, rows_of
-from tests.formats.test_canal import msg as canal_msg
 from tests.replay.test_history import _spec as history_spec
 from tests.replay.test_semantics import T0, dbz
 
-from airflow_cdc_provider.replay.engine import DuplicateColumnError, QuarantineError, run_history
+from airflow_cdc_provider.replay.errors import DuplicateColumnError, QuarantineError
+from airflow_cdc_provider.replay.runs.history import run_history
 from airflow_cdc_provider.spark import reader
+from reference.records.canal import msg as canal_msg
 
 
 def quarantined(output: Path) -> list[dict]:
@@ -194,6 +195,7 @@ def test_compressed_files_cut_short_keep_what_spark_can_read(replay, tmp_path):
     assert not (tmp_path / "failed").exists()
 
 
+@pytest.mark.slow
 def test_a_50_mb_line_is_set_aside_without_exhausting_memory(spark, tmp_path):
     """The job as a user runs it: its own process and JVM with the job's default driver memory.
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import rows_of, write_jsonl
-from tests.reliability.histories import T0
 
 from airflow_cdc_provider.contract.tables import TableNameError, qualify, table_folder
-from airflow_cdc_provider.replay.engine import run_snapshot
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import spec_from_keywords
+from reference.histories import T0
 
 LONG = "t" * 300
 # (db, schema, table) as a PostgreSQL or MySQL source block names them (schema None for MySQL).
@@ -46,7 +46,7 @@ def _land(root: Path, day: str, op: str, name: str) -> None:
 
 
 def _run(spark, root: Path, out: str, as_of: str, **options) -> dict:
-    spec = SnapshotSpec.from_args(
+    spec = spec_from_keywords(
         source_format="debezium-json",
         inputs=[str(root / "landing")],
         as_of=as_of,

@@ -20,7 +20,10 @@ from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.checks import CdcJobArgumentError
-from airflow_cdc_provider.replay.engine import QuarantineLimitError, run_history, run_snapshot, run_snapshots
+from airflow_cdc_provider.replay.errors import QuarantineLimitError
+from airflow_cdc_provider.replay.runs.history import run_history
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 
 END = "2100-01-01T00:00:00+00:00"

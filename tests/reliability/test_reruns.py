@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.reliability.histories import ENCODERS, INSERT, T0, Change, fold_history, land, random_history
 from tests.reliability.test_accounting import assert_accounted
+
+from reference.histories import ENCODERS, INSERT, T0, Change, fold_history, land, random_history
 
 FORMAT = "datahub-tuple"  # update halves are paired across files: the most order-sensitive decoder
 

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import debezium_specs, rows_of, write_jsonl
-from tests.reliability.histories import T0
 from tests.replay.test_semantics import dbz
 
-from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
 from airflow_cdc_provider.replay.output_lock import LOCK_MARK, LockHolder
+from airflow_cdc_provider.replay.runs.history import run_history
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from reference.histories import T0
 
 _DAY = 86_400_000
 

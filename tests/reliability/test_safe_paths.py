@@ -20,7 +20,7 @@ from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.hooks.cdc_replay import CdcJobArgumentError, CdcReplayHook, application_path
-from airflow_cdc_provider.replay.engine import QuarantineError
+from airflow_cdc_provider.replay.errors import QuarantineError
 from airflow_cdc_provider.replay.output import OutputError, OutputTarget
 
 OVERLAP = (

@@ -1,4 +1,4 @@
-"""Snapshot columns in the source table's order (issue 15, item 1): declared order, else the rows' order."""
+"""Snapshot columns in the source table's order: the order the source declares, else the rows' order."""
 
 from __future__ import annotations
 

@@ -18,8 +18,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, assert_events_add_up, rows_of, write_jsonl
-from tests.formats.test_shareplex import rec as shareplex_rec
-from tests.reliability.histories import (
+from tests.reliability.test_accounting import assert_accounted
+from tests.replay.test_semantics import T0, dbz, dbz_truncate
+from tests.replay.test_whole_transactions import transfer_landing
+
+from airflow_cdc_provider.contract.args import SnapshotArgs
+from airflow_cdc_provider.replay.runs.history import run_history
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec
+from reference.histories import (
     DELETE,
     ENCODERS,
     FILE_ENCODERS,
@@ -30,14 +37,8 @@ from tests.reliability.histories import (
     land,
     random_history,
 )
-from tests.reliability.histories import T0 as HISTORY_T0
-from tests.reliability.test_accounting import assert_accounted
-from tests.replay.test_semantics import T0, dbz, dbz_truncate
-from tests.replay.test_whole_transactions import transfer_landing
-
-from airflow_cdc_provider.contract.args import SnapshotArgs
-from airflow_cdc_provider.replay.engine import run_history, run_snapshot
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from reference.histories import T0 as HISTORY_T0
+from reference.records.shareplex import rec as shareplex_rec
 
 VERSION_COLUMNS = ("_cdc_valid_from", "_cdc_valid_to", "_cdc_op", "_cdc_position")
 
@@ -46,7 +47,7 @@ def _spec(fmt: str, landing: Path, output: Path, until: int | str, **options) ->
     args = SnapshotArgs.build(
         source_format=fmt, input_paths=str(landing), output_path=str(output), as_of=until, **options
     )
-    return SnapshotSpec.from_job_args(args)
+    return SnapshotSpec.each_from_args(args)[0]
 
 
 def _ms(moment: datetime | None) -> int | None:

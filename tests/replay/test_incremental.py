@@ -16,10 +16,10 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.conftest import assert_events_add_up, rows_of
-from tests.reliability.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, before_images
 
-from airflow_cdc_provider.replay.engine import run_snapshot
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import spec_from_keywords
+from reference.histories import DELETE, ENCODERS, INSERT, T0, UPDATE, Change, Encoder, before_images
 
 AS_OF_1 = T0 + 30_500  # end of "day one": changes 1..30
 AS_OF_2 = T0 + 60_500  # changes 31..60 come after it; 61..66 are after both
@@ -76,7 +76,7 @@ def write_days(root: Path, days: dict[str, list[str]]) -> Path:
 
 
 def snapshot(spark, fmt: str, landing: Path, output: Path, as_of: int, **options) -> tuple[dict, dict]:
-    spec = SnapshotSpec.from_args(
+    spec = spec_from_keywords(
         source_format=fmt,
         inputs=[str(landing)],
         as_of=as_of,
@@ -394,7 +394,9 @@ def test_a_truncate_after_the_base_empties_rows_no_later_event_touches(spark, tm
 
 
 def test_a_column_dropped_after_the_base_leaves_rows_no_later_event_touches(spark, tmp_path):
-    from tests.formats.test_canal import _ddl, msg
+    from tests.formats.test_canal import _ddl
+
+    from reference.records.canal import msg
 
     fmt = "canal-json"
     types = {"id": "int(11)", "note": "varchar(20)"}

@@ -7,10 +7,9 @@ on. Each update names only the columns it changes (and the key), the way Sharepl
 GoldenGate compressed updates, Qlik ``columnMask`` and DTS ``NONE`` values write it; Canal and
 Maxwell write the full row in ``data`` beside ``old``, so their chains are plain full-image moves.
 
-The plain Python fold below applies the landed events by the rules of DESIGN.md section 4 (a key
-change deletes the old key and writes the new one from the row it had, overlaid with the image);
-``fold_history`` in tests/reliability/histories.py has no key changes, so it cannot stand for it.
-Snapshots at several AS OFs (one scan) and the history's versions at every instant must be exactly
+The reference fold (``reference.fold``) applies the landed events by the rules of docs/design.md
+(a key change deletes the old key and writes the new one from the row it had, overlaid with the
+partial image). Snapshots at several AS OFs (one scan) and the history's versions at every instant must be exactly
 its rows. Formats that cannot land such a chain: ``debezium-mongodb`` (``_id`` never changes),
 ``debezium-json``/Lindorm, ``cdl-json``, ``aws-dms``, the DataHub formats and ``debezium-avro``
 (their update images are full rows).
@@ -29,22 +28,25 @@ from typing import Any
 import pytest
 
 from tests.conftest import assert_events_add_up, rows_of, write_jsonl
-from tests.formats.test_canal import msg as canal_msg
-from tests.formats.test_dts_avro import chars, empty, integer
-from tests.formats.test_dts_avro import message as dts_message
-from tests.formats.test_dts_avro import record as dts_record
-from tests.formats.test_maxwell import rec as maxwell_rec
-from tests.formats.test_ogg import rec as ogg_rec
-from tests.formats.test_qlik import dt_msg, md
-from tests.formats.test_shareplex import rec as shareplex_rec
-from tests.reliability.histories import T0, iso
 from tests.reliability.test_accounting import quarantine_rows
 from tests.replay.test_history import at, versions_of
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.replay import resolve
-from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.runs.history import run_history
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec, spec_from_keywords
+from reference import fold
+from reference.histories import T0, iso
+from reference.records.canal import msg as canal_msg
+from reference.records.dts_avro import chars, empty, integer
+from reference.records.dts_avro import message as dts_message
+from reference.records.dts_avro import record as dts_record
+from reference.records.maxwell import rec as maxwell_rec
+from reference.records.ogg import rec as ogg_rec
+from reference.records.qlik import dt_msg, md
+from reference.records.shareplex import rec as shareplex_rec
 
 KEY = ("ID", "CITY")
 COLUMNS = ("ID", "CITY", "NAME", "COMMENT_TXT", "QTY")
@@ -146,19 +148,19 @@ EVENTS = source_events(STEPS)
 
 
 def reference_fold(events: list[Event], as_of_ms: int) -> list[dict[str, Any]]:
-    """DESIGN.md section 4 in plain Python, over the partial images as landed."""
-    rows: dict[tuple, dict[str, Any]] = {}
-    for e in sorted(events, key=lambda e: e.second):
-        if e.ms > as_of_ms:
-            continue
-        if e.op == "ins":
-            rows[key_of(e.after)] = dict(e.after)
-        elif e.op == "del":
-            rows.pop(key_of(e.before), None)
-        else:
-            old = rows.pop(key_of(e.before), {})  # a key change deletes the old key ...
-            rows[key_of(e.image)] = {**old, **e.image}  # ... and writes the new one from its row
-    return sorted(rows.values(), key=key_of)
+    """The reference fold of the events as landed: updates carry their partial images, in key order."""
+    landed = [
+        fold.Event(
+            {"ins": fold.INSERT, "upd": fold.UPDATE, "del": fold.DELETE}[e.op],
+            e.ms,
+            order=(e.second,),
+            before=e.before,
+            after=e.image if e.op == "upd" else e.after,
+            partial=e.op == "upd",
+        )
+        for e in events
+    ]
+    return fold.fold(landed, as_of_ms, key=KEY).rows(order=key_of)
 
 
 def test_the_reference_fold_gives_what_the_source_holds():
@@ -344,7 +346,7 @@ def test_chains_rebuild_exactly_at_several_as_ofs(fmt, spark, tmp_path):
     landing = land(writer, tmp_path / "in")
     as_ofs = [MID, UNTIL]
     output = str(tmp_path / "snap" / "at={as_of:%H%M%S}")
-    together = run_snapshots(spark, SnapshotSpec.each_from_job_args(_args(writer, landing, output, as_ofs)))
+    together = run_snapshots(spark, SnapshotSpec.each_from_args(_args(writer, landing, output, as_ofs)))
     for metrics, as_of in zip(together, as_ofs):
         assert table_rows(spark, metrics["tables"][writer.table]["path"]) == reference_fold(EVENTS, as_of)
         assert_events_add_up(metrics)
@@ -360,7 +362,7 @@ def test_history_follows_the_chain(fmt, spark, tmp_path):
     writer = WRITERS[fmt]
     landing = land(writer, tmp_path / "in")
     args = _args(writer, landing, str(tmp_path / "h"), UNTIL, history=True)
-    metrics = run_history(spark, SnapshotSpec.from_job_args(args))
+    metrics = run_history(spark, SnapshotSpec.each_from_args(args)[0])
     versions = versions_of(spark, metrics["tables"][writer.table]["path"])
     for second in range(0, 21):
         instant = T0 + second * 1000
@@ -392,7 +394,7 @@ def test_a_chain_whose_first_hops_are_in_the_base(spark, tmp_path):
     write_jsonl(landing / "day2" / "part-0.json", [writer.write(e) for e in EVENTS if e.ms > MID])
 
     def snapshot(output: str, as_of: int, **options) -> dict:
-        spec = SnapshotSpec.from_args(
+        spec = spec_from_keywords(
             source_format=writer.fmt,
             inputs=[str(landing)],
             as_of=as_of,
@@ -416,7 +418,7 @@ def test_a_chain_too_long_to_rebuild_is_quarantined_not_guessed(spark, tmp_path,
     monkeypatch.setattr(resolve, "CHAIN_ROUNDS", 2)
     writer = WRITERS["shareplex-json"]
     landing = land(writer, tmp_path / "in")
-    spec = SnapshotSpec.from_job_args(_args(writer, landing, str(tmp_path / "out"), UNTIL))
+    spec = SnapshotSpec.each_from_args(_args(writer, landing, str(tmp_path / "out"), UNTIL))[0]
     metrics = run_snapshot(spark, spec)
     # Hops 3 and 4 of the long chain start from rows two and three carries away: not rebuilt.
     assert table_rows(spark, metrics["tables"][writer.table]["path"]) == [r for r in AT_UNTIL if r["ID"] != 9]
@@ -437,7 +439,7 @@ def test_a_chain_too_long_to_rebuild_is_quarantined_not_guessed(spark, tmp_path,
     )
 
     history = run_history(
-        spark, SnapshotSpec.from_job_args(_args(writer, landing, str(tmp_path / "h"), UNTIL))
+        spark, SnapshotSpec.each_from_args(_args(writer, landing, str(tmp_path / "h"), UNTIL))[0]
     )
     assert history["quarantine"]["reasons"] == {resolve.Q_UNREBUILT: 2}
     versions = versions_of(spark, history["tables"][writer.table]["path"])

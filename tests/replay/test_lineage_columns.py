@@ -16,15 +16,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import debezium_specs, rows_of, write_jsonl
-from tests.formats.test_debezium_avro import container, envelope, parquet_envelopes, product, write
+from tests.formats.test_debezium_avro import parquet_envelopes, product, write
 from tests.reliability.test_bad_input import write_cut
 from tests.replay.test_history import versions_of
 from tests.replay.test_semantics import T0, dbz
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
-from airflow_cdc_provider.replay.engine import run_history, run_snapshot, run_snapshots
+from airflow_cdc_provider.replay.runs.history import run_history
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.spark import reader
+from reference.records.debezium_avro import container, envelope
 
 END = "2100-01-01T00:00:00Z"
 MIDDLE = T0 + 21  # after c.json's first two records and the gzip's first 22 lines, before the rest
@@ -172,7 +175,7 @@ def test_avro_and_parquet_records_are_named_by_their_index_in_the_file(spark, tm
         key_columns="id",
         with_metadata=True,
     )
-    metrics = run_snapshot(spark, SnapshotSpec.from_job_args(args))
+    metrics = run_snapshot(spark, SnapshotSpec.each_from_args(args)[0])
     rows = rows_of(spark, metrics["tables"]["inventory.products"]["path"])
     assert lineage(rows) == [
         (1, "c", "update", f"file:{landing}/products+0+0000000000.avro", 3),

@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, assert_events_add_up, rows_of, write_jsonl
-from tests.reliability.histories import ENCODERS, land, random_history
-from tests.reliability.histories import T0 as HISTORY_T0
 from tests.reliability.test_accounting import assert_accounted, quarantine_rows
 from tests.replay.test_semantics import T0, dbz, dbz_truncate
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.formats import get_decoder
-from airflow_cdc_provider.replay.engine import run_snapshot, run_snapshots
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
+from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+from airflow_cdc_provider.replay.spec import SnapshotSpec, spec_from_keywords
 from airflow_cdc_provider.sample_data import SAMPLE_LANDING
+from reference.histories import ENCODERS, land, random_history
+from reference.histories import T0 as HISTORY_T0
 
 # Fields that name where and when a snapshot was written, not what it holds.
 _WHERE = ("output", "written_at")
@@ -34,7 +35,7 @@ def _specs(fmt: str, landing: Path, output: str, as_ofs: list[int], **options) -
     args = SnapshotArgs.build(
         source_format=fmt, input_paths=str(landing), output_path=output, as_of=as_ofs, **options
     )
-    return SnapshotSpec.each_from_job_args(args)
+    return SnapshotSpec.each_from_args(args)
 
 
 def _content(metrics: dict) -> dict:
@@ -61,7 +62,7 @@ def _assert_same_snapshot(spark, together: dict, alone: dict) -> None:
 
 @pytest.mark.parametrize("fmt", sorted(ENCODERS))
 def test_each_snapshot_is_the_run_of_its_as_of_alone(fmt, spark, tmp_path, caplog):
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     rng = random.Random(f"many-{fmt}")
     landing = tmp_path / "in"
     landing.mkdir()
@@ -103,14 +104,14 @@ def test_each_as_of_reads_only_the_partitions_its_run_would(spark, tmp_path):
         as_of=days,
         key_columns="id",
     )
-    together = run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+    together = run_snapshots(spark, SnapshotSpec.each_from_args(args))
     assert [(m["files"]["read"], m["files"]["skipped"], m["rows"]) for m in together] == [
         (5, 8, 91),
         (10, 3, 83),
         (13, 0, 83),
     ]
     for day, metrics in zip(days, together):
-        spec = SnapshotSpec.from_args(
+        spec = spec_from_keywords(
             source_format="debezium-json",
             inputs=[str(SAMPLE_LANDING)],
             as_of=day,
@@ -134,7 +135,7 @@ def test_a_snapshot_that_cannot_be_written_leaves_the_others_written(spark, tmp_
         key_columns="id",
     )
     with pytest.raises(ValueError, match="dt=2024-09-02 exists and was not written by cdc-replay"):
-        run_snapshots(spark, SnapshotSpec.each_from_job_args(args))
+        run_snapshots(spark, SnapshotSpec.each_from_args(args))
     assert (tmp_path / "dt=2024-09-01" / "_cdc_metrics.json").exists()
     assert sorted(p.name for p in taken.iterdir()) == ["notes.txt"]
     assert not (tmp_path / "dt=2024-09-03").exists()
@@ -181,7 +182,7 @@ def _one_fold(caplog) -> bool:
 
 
 def test_one_fold_serves_every_as_of_with_key_changes_duplicates_and_late_files(spark, tmp_path, caplog):
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     landing = tmp_path / "in"
     write_jsonl(
         landing / "a.json",
@@ -207,7 +208,7 @@ def test_one_fold_serves_every_as_of_with_key_changes_duplicates_and_late_files(
 
 
 def test_event_times_running_backwards_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     # Position 200 comes after position 100 but carries an earlier time: AS OF T0+2s sees only it.
     landing = write_jsonl(
         tmp_path / "in" / "a.json",
@@ -227,7 +228,7 @@ def test_event_times_running_backwards_fold_each_as_of_on_its_own(spark, tmp_pat
 
 
 def test_a_truncate_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     landing = write_jsonl(
         tmp_path / "in" / "a.json",
         [dbz("c", 1, T0, name="ann"), dbz_truncate(T0 + 2000), dbz("c", 2, T0 + 3000, name="bob")],
@@ -239,9 +240,9 @@ def test_a_truncate_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
 
 def test_a_column_drop_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
     """Found by the one pass's counts: the landing is decoded again and each AS OF folded alone."""
-    from tests.formats.test_maxwell import T, rec
+    from reference.records.maxwell import T, rec
 
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     landing = write_jsonl(
         tmp_path / "in" / "a.json",
         [
@@ -263,7 +264,7 @@ def test_a_column_drop_folds_each_as_of_on_its_own(spark, tmp_path, caplog):
 def test_whole_transactions_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
     from tests.replay.test_whole_transactions import transfer_landing
 
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     landing = transfer_landing(tmp_path / "in" / "a.json")
     together = _together_and_alone(
         spark, tmp_path, landing.parent, [T0 + 2000, T0 + 3000], whole_transactions=True
@@ -277,7 +278,7 @@ def test_whole_transactions_fold_each_as_of_on_its_own(spark, tmp_path, caplog):
 
 def test_the_shared_write_keeps_each_as_ofs_own_columns_and_empty_tables(spark, tmp_path, caplog):
     """A column that appears later, and a table with no row yet: each AS OF's tables are its own."""
-    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.engine")
+    caplog.set_level("INFO", logger="airflow_cdc_provider.replay.runs.many_as_ofs")
     landing = tmp_path / "in"
     write_jsonl(
         landing / "a.json",

@@ -1,4 +1,4 @@
-"""Replay semantics of DESIGN.md section 4, through the real engine and the Debezium decoder."""
+"""The replay semantics of docs/design.md ("Replay semantics"), through the real engine and the Debezium decoder."""
 
 from __future__ import annotations
 
@@ -300,7 +300,7 @@ def test_bad_lines_are_quarantined_never_fatal(replay, tmp_path):
 
 
 def test_on_error_fail_names_file_line_and_reason(replay, tmp_path):
-    from airflow_cdc_provider.replay.engine import QuarantineError
+    from airflow_cdc_provider.replay.errors import QuarantineError
 
     write_jsonl(tmp_path / "in" / "a.json", [dbz("c", 1, T0, name="a"), "garbage"])
     with pytest.raises(QuarantineError) as err:
@@ -313,7 +313,7 @@ def test_on_error_fail_names_file_line_and_reason(replay, tmp_path):
 
 
 def test_missing_key_names_the_table(replay, tmp_path):
-    from airflow_cdc_provider.replay.engine import MissingKeyError
+    from airflow_cdc_provider.replay.errors import MissingKeyError
 
     write_jsonl(tmp_path / "in" / "a.json", [dbz("c", 1, T0, name="a")])
     with pytest.raises(MissingKeyError) as err:

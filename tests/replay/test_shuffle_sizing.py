@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_cdc_provider.replay.plan import shuffle_partitions
+from airflow_cdc_provider.replay.shuffles import shuffle_partitions
 
 MIB = 2**20
 

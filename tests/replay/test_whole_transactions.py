@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import assert_events_add_up, write_jsonl
-from tests.formats.test_datahub_blob import message as blob
-from tests.formats.test_maxwell import T as MAXWELL_T
-from tests.formats.test_maxwell import rec as maxwell
-from tests.formats.test_shareplex import rec as shareplex
 from tests.replay.test_semantics import T0, dbz, dbz_truncate
 
-from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.spec import spec_from_keywords
+from reference.records.datahub_blob import message as blob
+from reference.records.maxwell import T as MAXWELL_T
+from reference.records.maxwell import rec as maxwell
+from reference.records.shareplex import rec as shareplex
 
 
 def by_id(tables: dict) -> dict:
@@ -172,7 +172,7 @@ def test_datahub_blob_transactions_come_from_their_begin_and_end_markers(replay,
 
 def test_a_format_without_transaction_ids_refuses_the_option(tmp_path):
     with pytest.raises(ValueError) as raised:
-        SnapshotSpec.from_args(
+        spec_from_keywords(
             source_format="canal-json", inputs=[str(tmp_path)], as_of=0, output="/o", whole_transactions=True
         )
     assert str(raised.value) == (
@@ -185,7 +185,7 @@ def test_a_format_without_transaction_ids_refuses_the_option(tmp_path):
 
 def test_whole_transactions_refuse_an_incremental_run(tmp_path):
     with pytest.raises(ValueError, match="cannot be combined with --base or --keep-state"):
-        SnapshotSpec.from_args(
+        spec_from_keywords(
             source_format="debezium-json",
             inputs=[str(tmp_path)],
             as_of=0,

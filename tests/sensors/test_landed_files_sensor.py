@@ -1,13 +1,12 @@
-"""CdcLandedFilesSensor and CdcLandedFilesTrigger: each way of waiting, run for real.
+"""CdcLandedFilesSensor: its own checks, and each way of waiting, run for real.
 
-The trigger is run on an event loop (pytest-asyncio); the sensor is run by Airflow with
-``dag.test()`` in poke, reschedule and deferrable mode (``dag.test()`` runs the trigger in line),
-while a timer thread finishes the landing part-way through the wait.
+The sensor is run by Airflow with ``dag.test()`` in poke, reschedule and deferrable mode
+(``dag.test()`` runs the trigger in line), while a timer thread finishes the landing part-way
+through the wait. The trigger's own tests are in tests/triggers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -20,119 +19,16 @@ import pendulum
 import pytest
 
 from tests import airflow_env
+from tests.triggers.unfinished_day import AS_OF, AS_OF_MS, TRIGGER_PATH, spec, waiting_for
 
-from airflow_cdc_provider.landing.coverage import CoverageSpec
 from airflow_cdc_provider.sensors.landed_files import CdcLandedFilesSensor
 from airflow_cdc_provider.triggers.landed_files import CdcLandedFilesTrigger
-
-AS_OF = "2024-09-02T00:00:00+00:00"
-AS_OF_MS = 1725235200000
-TRIGGER_PATH = "airflow_cdc_provider.triggers.landed_files.CdcLandedFilesTrigger"
-
-
-@pytest.fixture
-def landing(tmp_path: Path) -> Path:
-    """A hive-style landing whose day 2024-09-01 has data but no done-marker yet."""
-    root = tmp_path / "landing"
-    (root / "dt=2024-09-01").mkdir(parents=True)
-    (root / "dt=2024-09-01" / "part-0.jsonl").write_text("{}\n", encoding="utf-8")
-    return root
 
 
 def finish_day_later(landing: Path, seconds: float) -> threading.Timer:
     timer = threading.Timer(seconds, (landing / "dt=2024-09-01" / "_SUCCESS").write_text, args=("",))
     timer.start()
     return timer
-
-
-def spec(landing: Path) -> CoverageSpec:
-    return CoverageSpec(path=str(landing), as_of_ms=AS_OF_MS)
-
-
-def waiting_for(landing: Path) -> str:
-    return f"{landing}/dt=2024-09-01/_SUCCESS, the done-marker of partition dt=2024-09-01, which covers AS OF {AS_OF}"
-
-
-# ------------------------------------------------------------------------------------------------
-# The trigger
-# ------------------------------------------------------------------------------------------------
-
-
-def test_trigger_serializes_to_its_import_path_and_init_arguments(landing):
-    from airflow.sdk._shared.module_loading import import_string
-
-    trigger = CdcLandedFilesTrigger.for_spec(spec(landing), poke_interval=2.0, deadline=1725235300.5)
-    classpath, kwargs = trigger.serialize()
-
-    assert classpath == TRIGGER_PATH
-    assert kwargs == {
-        "path": str(landing),
-        "as_of_ms": AS_OF_MS,
-        "strategy": "marker",
-        "marker": "_SUCCESS",
-        "partition_pattern": None,
-        "partition_timezone": "UTC",
-        "source_format": None,
-        "allowed_lateness_ms": 0,
-        "newest_files": 3,
-        "conn_id": None,
-        "poke_interval": 2.0,
-        "deadline": 1725235300.5,
-    }
-    assert json.loads(json.dumps(kwargs)) == kwargs  # primitives only
-    assert import_string(classpath)(**kwargs).serialize() == (classpath, kwargs)
-
-
-async def test_trigger_fires_once_the_landing_covers_as_of(landing):
-    trigger = CdcLandedFilesTrigger.for_spec(spec(landing), poke_interval=0.1, deadline=None)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0.01)
-
-    beat = asyncio.create_task(ticker())
-    waiting = asyncio.create_task(anext(trigger.run()))
-    await asyncio.sleep(0.5)
-    assert not waiting.done()
-    (landing / "dt=2024-09-01" / "_SUCCESS").write_text("", encoding="utf-8")
-    event = await asyncio.wait_for(waiting, timeout=5)
-    beat.cancel()
-
-    assert event.payload == {
-        "status": "covered",
-        "path": str(landing),
-        "strategy": "marker",
-        "as_of": AS_OF,
-        "seen": f"{landing}/dt=2024-09-01/_SUCCESS exists",
-    }
-    assert ticks >= 25  # the event loop kept running while the trigger polled
-
-
-async def test_trigger_reports_a_timeout_with_what_it_saw(landing):
-    trigger = CdcLandedFilesTrigger.for_spec(spec(landing), poke_interval=0.1, deadline=time.time() + 0.3)
-    event = await asyncio.wait_for(anext(trigger.run()), timeout=5)
-    assert event.payload == {
-        "status": "timeout",
-        "waiting_for": waiting_for(landing),
-        "seen": "no _SUCCESS in dt=2024-09-01; newest partition is dt=2024-09-01",
-    }
-
-
-async def test_trigger_reports_a_landing_it_cannot_open():
-    trigger = CdcLandedFilesTrigger.for_spec(
-        CoverageSpec(path="nosuchscheme://bucket/landing", as_of_ms=AS_OF_MS),
-        poke_interval=0.1,
-        deadline=None,
-    )
-    event = await asyncio.wait_for(anext(trigger.run()), timeout=5)
-    assert event.payload == {
-        "status": "error",
-        "message": "LandingProbeError: cannot open 'nosuchscheme://bucket/landing': Protocol not known: nosuchscheme. "
-        "Install the Airflow provider (or fsspec package) that serves nosuchscheme:// to Airflow's object storage.",
-    }
 
 
 # ------------------------------------------------------------------------------------------------

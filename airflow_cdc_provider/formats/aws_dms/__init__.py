@@ -1,1 +1,1 @@
-"""AWS DMS CSV and JSON landings (``--format aws-dms``)."""
+"""AWS DMS CSV, Parquet and JSON landings (``--format aws-dms``; ``decoder`` chooses among them)."""

@@ -149,61 +149,26 @@ class CdlJsonDecoder(Decoder):
         return self._events(staged)
 
     def _events(self, df: DataFrame) -> DataFrame:
+        """The canonical event of each staged record: its kind (``_classified``), and a delete's
+        row from ``before``, ``data`` or the key values in ``unique``, whichever it carries."""
         p, declared = E.col("p"), E.col("declared")
-        data, before, unique = E.col("_data"), E.col("_before"), E.col("_unique")
         after_typed, before_typed, unique_typed = (
             E.col("_after_typed"),
             E.col("_before_typed"),
             E.col("_unique_typed"),
         )
-        operation = E.upper(E.trim(p["OPERATION"]))
-        has_operation = operation.isNotNull() & (operation != "")
-        op = E.null("string")
-        for name, canonical_op in _OPS.items():
-            op = E.when(operation == name, E.lit(canonical_op)).otherwise(op)
-        table = E.when(
-            E.trim(p["TABLE_NAME"]) != "",
-            qualified_table(E.when(E.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
-        )
-        bad_value = (
-            image_conversion_failed(data, after_typed, declared)
-            | image_conversion_failed(before, before_typed, declared)
-            | image_conversion_failed(unique, unique_typed, declared)
-        )
-        base64_codec = E.exists(E.map_values(declared), lambda t: t["codec"] == "base64")
-        heartbeat = ~has_operation & data.isNull() & before.isNull() & p["HEARTBEAT_IDENTIFIER"].isNotNull()
-        kind, reason = classify(
-            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (E.col("bad").isNotNull(), KIND_QUARANTINED, E.col("bad")),
-            (heartbeat, KIND_IGNORED, IGNORED_HEARTBEAT),
-            (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
-            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (
-                not_an_object(p["data"], data)
-                | not_an_object(p["before"], before)
-                | not_an_object(p["unique"], unique),
-                KIND_QUARANTINED,
-                Q_IMAGE_NOT_OBJECT,
-            ),
-            (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
-            (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (op.isin(OP_INSERT, OP_UPDATE) & data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
-            (
-                (op == OP_DELETE) & before.isNull() & data.isNull() & unique.isNull(),
-                KIND_QUARANTINED,
-                Q_KEY_UNKNOWN,
-            ),
-        )
+        op = _op()
+        kind, reason = _classified()
         # A delete names its row in `before`; failing that, in `data` or by its key values in `unique`.
         before_image = E.when(op == OP_DELETE, E.coalesce(before_typed, after_typed, unique_typed)).otherwise(
             before_typed
         )
+        unique = E.col("_unique")
         key_cols = E.when(E.size(E.map_keys(unique)) > 0, E.map_keys(unique))
         properties = p["transaction"]["properties"]
         return df.select(
             *canonical(
-                table=table,
+                table=_table(),
                 kind=kind,
                 op=op,
                 reason=reason,
@@ -219,3 +184,64 @@ class CdlJsonDecoder(Decoder):
                 raw=E.col("text"),
             )
         )
+
+
+def _operation() -> Expr:
+    """The payload's ``OPERATION``, trimmed and upper-cased."""
+    return E.upper(E.trim(E.col("p")["OPERATION"]))
+
+
+def _op() -> Expr:
+    """The canonical op ``OPERATION`` names (null for another name)."""
+    op = E.null("string")
+    for name, canonical_op in _OPS.items():
+        op = E.when(_operation() == name, E.lit(canonical_op)).otherwise(op)
+    return op
+
+
+def _table() -> Expr:
+    """``SEG_OWNER.TABLE_NAME`` (``TABLE_NAME`` alone without an owner); null without a name."""
+    p = E.col("p")
+    return E.when(
+        E.trim(p["TABLE_NAME"]) != "",
+        qualified_table(E.when(E.trim(p["SEG_OWNER"]) != "", p["SEG_OWNER"]), p["TABLE_NAME"]),
+    )
+
+
+def _classified() -> tuple[Expr, Expr]:
+    """``(kind, reason)`` of a staged record: a row change, an ignored record (tombstone, heartbeat)
+    or a quarantined one, the first rule that holds deciding."""
+    p, declared = E.col("p"), E.col("declared")
+    data, before, unique = E.col("_data"), E.col("_before"), E.col("_unique")
+    operation, op = _operation(), _op()
+    has_operation = operation.isNotNull() & (operation != "")
+    bad_value = (
+        image_conversion_failed(data, E.col("_after_typed"), declared)
+        | image_conversion_failed(before, E.col("_before_typed"), declared)
+        | image_conversion_failed(unique, E.col("_unique_typed"), declared)
+    )
+    base64_codec = E.exists(E.map_values(declared), lambda t: t["codec"] == "base64")
+    heartbeat = ~has_operation & data.isNull() & before.isNull() & p["HEARTBEAT_IDENTIFIER"].isNotNull()
+    return classify(
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (E.col("bad").isNotNull(), KIND_QUARANTINED, E.col("bad")),
+        (heartbeat, KIND_IGNORED, IGNORED_HEARTBEAT),
+        (~has_operation, KIND_QUARANTINED, Q_MISSING_OP),
+        (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (
+            not_an_object(p["data"], data)
+            | not_an_object(p["before"], before)
+            | not_an_object(p["unique"], unique),
+            KIND_QUARANTINED,
+            Q_IMAGE_NOT_OBJECT,
+        ),
+        (_table().isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
+        (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (op.isin(OP_INSERT, OP_UPDATE) & data.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        (
+            (op == OP_DELETE) & before.isNull() & data.isNull() & unique.isNull(),
+            KIND_QUARANTINED,
+            Q_KEY_UNKNOWN,
+        ),
+    )

@@ -66,9 +66,7 @@ from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.reader import LandedFile, read_records
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
-# Not yet in events.py (see the report): the first half of an update pair, counted as ignored
-# because its row travels with the second half as the update's before image.
-# Not yet in events.py: a CSV line whose fields do not line up with its file's header.
+# A CSV line whose fields do not line up with its file's header.
 Q_CSV_SHAPE = "CSV record does not match header"
 
 SEQUENCE_ID = "_sequence_id_"
@@ -195,50 +193,7 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
     Built in stages (fields, then the map, then its entries) so that Spark computes the parse
     once per line instead of inlining it into every use.
     """
-    # The stand-in for the lost rest of a damaged compressed file has no text, but is a record.
-    records = read_records(spark, files).where(((E.trim("text") != "") | E.col("damaged")).column())
-    headers = (
-        records.where((~E.col("damaged")).column())
-        .groupBy("file")
-        .agg(
-            *E.columns(
-                E.min_by("text", "file_pos").alias("header_text"), E.min("file_pos").alias("header_pos")
-            )
-        )
-    )
-    rows = records.join(F.broadcast(headers), "file", "left").where(
-        (~E.coalesce(E.col("file_pos") == E.col("header_pos"), E.lit(False))).column()
-    )
-    split = rows.select(
-        "file",
-        "file_pos",
-        "line",
-        "text",
-        "unterminated",
-        "damaged",
-        "not_utf8",
-        *E.columns(
-            csv_fields(E.col("header_text"), empty_as_null=False).alias("names"),
-            csv_fields(E.col("text")).alias("values"),
-        ),
-    )
-    names, values = E.col("names"), E.col("values")
-    header_ok = (E.size(E.array_distinct(names)) == E.size(names)) & ~E.array_contains(names, "")
-    fits = header_ok & (E.size(names) == E.size(values))
-    bad = (
-        E.when(E.col("damaged"), E.lit(Q_TRUNCATED))
-        .when(E.col("not_utf8"), E.lit(Q_NOT_UTF8))
-        .when(fits, E.null("string"))
-        .when(E.col("unterminated") & header_ok & (E.size(values) < E.size(names)), E.lit(Q_TRUNCATED))
-        .otherwise(E.lit(Q_CSV_SHAPE))
-    )
-    mapped = split.select(
-        "file",
-        "file_pos",
-        "line",
-        "text",
-        *E.columns(bad.alias("bad"), E.when(fits, E.map_from_arrays(names, values)).alias("text_map")),
-    )
+    mapped = _csv_text_maps(_csv_split(_csv_lines_under_header(spark, files)))
     text_map = E.col("text_map")
     image = E.transform_values(
         E.map_filter(text_map, lambda k, v: ~_is_metadata_key(k)), lambda k, v: v.cast("variant")
@@ -262,6 +217,64 @@ def _csv_rows(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
             image.alias("image"),
             E.null(MapType(StringType(), StringType())).alias("types"),
         ),
+    )
+
+
+def _csv_lines_under_header(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
+    """The records of CSV files except each file's header line, with that header's text beside
+    them (``header_text``): a file's header is its first readable line."""
+    # The stand-in for the lost rest of a damaged compressed file has no text, but is a record.
+    records = read_records(spark, files).where(((E.trim("text") != "") | E.col("damaged")).column())
+    headers = (
+        records.where((~E.col("damaged")).column())
+        .groupBy("file")
+        .agg(
+            *E.columns(
+                E.min_by("text", "file_pos").alias("header_text"), E.min("file_pos").alias("header_pos")
+            )
+        )
+    )
+    return records.join(F.broadcast(headers), "file", "left").where(
+        (~E.coalesce(E.col("file_pos") == E.col("header_pos"), E.lit(False))).column()
+    )
+
+
+def _csv_split(rows: DataFrame) -> DataFrame:
+    """Each line and its header split into fields (``values``, ``names``)."""
+    return rows.select(
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        "unterminated",
+        "damaged",
+        "not_utf8",
+        *E.columns(
+            csv_fields(E.col("header_text"), empty_as_null=False).alias("names"),
+            csv_fields(E.col("text")).alias("values"),
+        ),
+    )
+
+
+def _csv_text_maps(split: DataFrame) -> DataFrame:
+    """Each line's values by its header's names (``text_map``) where the two line up, else why the
+    line is quarantined (``bad``): unreadable, cut short, or not of its header's shape."""
+    names, values = E.col("names"), E.col("values")
+    header_ok = (E.size(E.array_distinct(names)) == E.size(names)) & ~E.array_contains(names, "")
+    fits = header_ok & (E.size(names) == E.size(values))
+    bad = (
+        E.when(E.col("damaged"), E.lit(Q_TRUNCATED))
+        .when(E.col("not_utf8"), E.lit(Q_NOT_UTF8))
+        .when(fits, E.null("string"))
+        .when(E.col("unterminated") & header_ok & (E.size(values) < E.size(names)), E.lit(Q_TRUNCATED))
+        .otherwise(E.lit(Q_CSV_SHAPE))
+    )
+    return split.select(
+        "file",
+        "file_pos",
+        "line",
+        "text",
+        *E.columns(bad.alias("bad"), E.when(fits, E.map_from_arrays(names, values)).alias("text_map")),
     )
 
 
@@ -327,52 +340,8 @@ def event_ms_from_text(text: Expr) -> tuple[Expr, Expr]:
 
 def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
     """Classify each record, pair update halves, and select the canonical columns."""
-    seq_text = E.trim("seq")
-    table = E.coalesce(
-        dotted_table(E.nullif(E.trim("source_table"), E.lit(""))), E.lit(options.table).cast("string")
-    )
-    fields = rows.select(
-        "*",
-        *E.columns(
-            E.upper(E.trim("op")).alias("_op"),
-            seq_text.try_cast("bigint").alias("_seq"),
-            (seq_text.isNotNull() & (seq_text != "") & seq_text.try_cast("bigint").isNull()).alias(
-                "_seq_bad"
-            ),
-            (E.upper(E.trim("before_flag")) == "Y").alias("_before_y"),
-            (E.upper(E.trim("after_flag")) == "Y").alias("_after_y"),
-            table.alias("_table"),
-        ),
-    )
-    op, before_y, after_y = E.col("_op"), E.col("_before_y"), E.col("_after_y")
-    kind, reason = classify(
-        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-        (op.isNull() | (op == ""), KIND_QUARANTINED, Q_MISSING_OP),
-        (~op.isin(*_TUPLE_OPS), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (E.col("_seq_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (E.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-        (E.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-        ((op == "U") & E.coalesce(~after_y & ~before_y, E.lit(True)), KIND_QUARANTINED, Q_MISSING_IMAGE),
-        ((op == "U") & E.coalesce(~after_y, E.lit(True)), KIND_IGNORED, IGNORED_UPDATE_BEFORE),
-    )
-    read_bad = E.col("bad").isNotNull()
-    classified = fields.select(
-        "*",
-        *E.columns(
-            E.when(read_bad, E.lit(KIND_QUARANTINED)).otherwise(kind).alias("_kind"),
-            E.when(read_bad, E.col("bad")).otherwise(reason).alias("_reason"),
-        ),
-    )
-    before_half = (E.col("_reason") == IGNORED_UPDATE_BEFORE) & E.col("_seq").isNotNull()
-    after_half = (E.col("_kind") == KIND_CHANGE) & (op == "U") & E.col("_seq").isNotNull()
-    paired = attach_before_images(
-        classified,
-        before_half=before_half,
-        after_half=after_half,
-        group=[E.col("_table"), E.col("_seq")],
-        image=E.col("image"),
-        order=E.struct("file", "file_pos"),
-    )
+    paired = _paired_updates(_classified(_record_fields(rows, options)))
+    op = E.col("_op")
     is_change = E.col("_kind") == KIND_CHANGE
     codes = list(_TUPLE_OPS.items())
     op_name = E.when(op == codes[0][0], E.lit(codes[0][1]))
@@ -395,4 +364,67 @@ def _events(rows: DataFrame, options: DecodeOptions) -> DataFrame:
             types=E.when(is_change, E.col("types")),
             raw=E.col("raw"),
         )
+    )
+
+
+def _record_fields(rows: DataFrame, options: DecodeOptions) -> DataFrame:
+    """``rows`` with their metadata read once: the op code (``_op``), the sequence id as a number
+    (``_seq``) and whether it is not one (``_seq_bad``), the image flags (``_before_y``,
+    ``_after_y``) and the table (``_table``; ``--table`` when the record names none)."""
+    seq_text = E.trim("seq")
+    table = E.coalesce(
+        dotted_table(E.nullif(E.trim("source_table"), E.lit(""))), E.lit(options.table).cast("string")
+    )
+    return rows.select(
+        "*",
+        *E.columns(
+            E.upper(E.trim("op")).alias("_op"),
+            seq_text.try_cast("bigint").alias("_seq"),
+            (seq_text.isNotNull() & (seq_text != "") & seq_text.try_cast("bigint").isNull()).alias(
+                "_seq_bad"
+            ),
+            (E.upper(E.trim("before_flag")) == "Y").alias("_before_y"),
+            (E.upper(E.trim("after_flag")) == "Y").alias("_after_y"),
+            table.alias("_table"),
+        ),
+    )
+
+
+def _classified(fields: DataFrame) -> DataFrame:
+    """Each record's kind and reason (``_kind``, ``_reason``): a record the reader could not read is
+    quarantined with the reader's reason, any other by the first rule that holds."""
+    op, before_y, after_y = E.col("_op"), E.col("_before_y"), E.col("_after_y")
+    kind, reason = classify(
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (op.isNull() | (op == ""), KIND_QUARANTINED, Q_MISSING_OP),
+        (~op.isin(*_TUPLE_OPS), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (E.col("_seq_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (E.col("time_bad"), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (E.col("_table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        ((op == "U") & E.coalesce(~after_y & ~before_y, E.lit(True)), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        ((op == "U") & E.coalesce(~after_y, E.lit(True)), KIND_IGNORED, IGNORED_UPDATE_BEFORE),
+    )
+    read_bad = E.col("bad").isNotNull()
+    return fields.select(
+        "*",
+        *E.columns(
+            E.when(read_bad, E.lit(KIND_QUARANTINED)).otherwise(kind).alias("_kind"),
+            E.when(read_bad, E.col("bad")).otherwise(reason).alias("_reason"),
+        ),
+    )
+
+
+def _paired_updates(classified: DataFrame) -> DataFrame:
+    """Each update's after half with its before half's row (``paired_before``): the two records
+    share the table and ``_sequence_id_``."""
+    op = E.col("_op")
+    before_half = (E.col("_reason") == IGNORED_UPDATE_BEFORE) & E.col("_seq").isNotNull()
+    after_half = (E.col("_kind") == KIND_CHANGE) & (op == "U") & E.col("_seq").isNotNull()
+    return attach_before_images(
+        classified,
+        before_half=before_half,
+        after_half=after_half,
+        group=[E.col("_table"), E.col("_seq")],
+        image=E.col("image"),
+        order=E.struct("file", "file_pos"),
     )

@@ -141,7 +141,7 @@ _TWO_POW_64 = 2**64
 def _lsn_position(lsn_text: Expr) -> Expr:
     """A PostgreSQL LSN (unsigned 64-bit, as JSON number or text) -> a position that orders as the source means.
 
-    An LSN below 2^63 is ``[lsn]``, as before; one at or above 2^63 is ``[2^63 - 1, lsn - 2^63]``,
+    An LSN below 2^63 is ``[lsn]``; one at or above 2^63 is ``[2^63 - 1, lsn - 2^63]``,
     which sorts after every smaller LSN (a longer array with an equal prefix sorts later). A value
     that is no unsigned 64-bit integer (e.g. ``-9223372036854776000``, Long.MIN_VALUE printed
     through a double) gives null: the record is then ordered by event time and file position,
@@ -205,15 +205,10 @@ def _unavailable_left_out(staged: DataFrame, values: tuple[bytes, ...]) -> DataF
     return found.withColumn("_after", without_columns(E.col("_after"), E.col("_unavailable")).column())
 
 
-def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
-    """Canonical events of parsed Debezium records (``parse_json_records`` columns, ``j`` in ``RECORD_SCHEMA``).
-
-    Shared by every landing of the Debezium envelope: JSON lines here, Avro and Parquet files in
-    ``debezium_avro`` (which hands over each record as the JSON Kafka Connect's JsonConverter
-    writes, with its schema block), so types, ordering and positions follow one set of rules.
-    Three projections: the declared column types, the converted images, then the canonical event;
-    each later one reads the earlier ones' results instead of repeating their expressions.
-    """
+def _with_raw_images(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
+    """``_after`` and ``_before`` (the images as read, without the unavailable-value placeholders,
+    which go to ``_unavailable``) and ``_connect``, the column types the Connect schema block
+    declares (null without one)."""
     e = Envelope()
     staged = parsed.select(
         "*",
@@ -227,7 +222,14 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
         .alias("_connect")
         .column(),
     )
-    staged = _unavailable_left_out(staged, options.unavailable_values)
+    return _unavailable_left_out(staged, options.unavailable_values)
+
+
+def _with_declared_types(staged: DataFrame, options: DecodeOptions) -> DataFrame:
+    """``_hbase`` (a Lindorm HBase table's record) and ``declared``, the types the values convert to:
+    the Connect schema's, or for an HBase table every column Base64 (binary, or text with
+    ``binary_as_text``)."""
+    e = Envelope()
     after_raw, before_raw = E.col("_after"), E.col("_before")
     # Lindorm HBase tables: no schema block, key ROW, every value Base64.
     hbase = (
@@ -240,13 +242,18 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
         E.coalesce(after_raw, before_raw),
         lambda k, v: E.struct(E.lit(hbase_type).alias("type"), E.lit("base64").alias("codec")),
     )
-    staged = staged.select(
+    return staged.select(
         "*",
         hbase.alias("_hbase").column(),
         E.when(hbase, hbase_declared).otherwise(E.col("_connect")).alias("declared").column(),
     )
-    declared, hbase = E.col("declared"), E.col("_hbase")
 
+
+def _with_typed_images(staged: DataFrame, options: DecodeOptions) -> DataFrame:
+    """``after_typed`` and ``before_typed``: the images converted to their declared types (an HBase
+    table's Base64 values decoded to UTF-8 text with ``binary_as_text``)."""
+    after_raw, before_raw = E.col("_after"), E.col("_before")
+    declared, hbase = E.col("declared"), E.col("_hbase")
     after = convert_image(after_raw, declared)
     before = convert_image(before_raw, declared)
     if options.binary_as_text:
@@ -258,21 +265,26 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
 
         after = E.when(hbase, as_text(after)).otherwise(after)
         before = E.when(hbase, as_text(before)).otherwise(before)
-    staged = staged.select("*", after.alias("after_typed").column(), before.alias("before_typed").column())
-    after, before = E.col("after_typed"), E.col("before_typed")
+    return staged.select("*", after.alias("after_typed").column(), before.alias("before_typed").column())
 
-    src = e["source"]
-    raw_op = e["op"]
-    op = envelope_op(raw_op, src["snapshot"])
+
+def _kind_and_reason(op: Expr) -> tuple[Expr, Expr]:
+    """What a record is (a change, ignored or quarantined) and why, the first rule that holds.
+
+    Transaction markers, schema changes, logical decoding messages and heartbeats share landings
+    with row changes and are ignored; a value that did not convert quarantines its record.
+    """
+    e = Envelope()
+    src, raw_op = e["source"], e["op"]
+    after_raw, before_raw = E.col("_after"), E.col("_before")
+    after, before, declared = E.col("after_typed"), E.col("before_typed"), E.col("declared")
     has_row_change = raw_op.isNotNull()
     bad_value = image_conversion_failed(after_raw, after, declared) | image_conversion_failed(
         before_raw, before, declared
     )
     base64_codec = E.exists(E.map_values(declared), lambda t: t["codec"] == "base64")
     bad = E.col("bad")
-    table = _qualified_table(src)
-
-    kind, reason = classify(
+    return classify(
         (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
         (
             images_not_objects(
@@ -296,7 +308,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
         ),
         (~has_row_change, KIND_QUARANTINED, Q_MISSING_OP),
         (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-        (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (_qualified_table(src).isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
         (bad_value & base64_codec, KIND_QUARANTINED, Q_BAD_BASE64),
         (bad_value, KIND_QUARANTINED, Q_TYPE_MISMATCH),
         (op.isin(OP_INSERT, OP_READ, OP_UPDATE) & after_raw.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
@@ -306,15 +318,35 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             Q_KEY_UNKNOWN,
         ),
     )
+
+
+def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
+    """Canonical events of parsed Debezium records (``parse_json_records`` columns, ``j`` in ``RECORD_SCHEMA``).
+
+    Shared by every landing of the Debezium envelope: JSON lines here, Avro and Parquet files in
+    ``debezium_avro`` (which hands over each record as the JSON Kafka Connect's JsonConverter
+    writes, with its schema block), so types, ordering and positions follow one set of rules.
+    Projections in order: the raw images and Connect types, the declared types, the converted
+    images, then the canonical event; each later one reads the earlier ones' results instead of
+    repeating their expressions.
+    """
+    staged = _with_raw_images(parsed, options)
+    staged = _with_declared_types(staged, options)
+    staged = _with_typed_images(staged, options)
+    e = Envelope()
+    src = e["source"]
+    op = envelope_op(e["op"], src["snapshot"])
+    kind, reason = _kind_and_reason(op)
+    after, before, declared = E.col("after_typed"), E.col("before_typed"), E.col("declared")
     unique = e["unique"]
-    key_cols = E.when(hbase, E.array(E.lit("ROW"))).otherwise(E.when(unique.isNotNull(), E.map_keys(unique)))
+    key_cols = E.when(E.col("_hbase"), E.array(E.lit("ROW"))).otherwise(
+        E.when(unique.isNotNull(), E.map_keys(unique))
+    )
     # A delete without a before image (REPLICA IDENTITY DEFAULT) can still carry its key in `unique`.
     before_or_key = E.when((op == OP_DELETE) & before.isNull() & unique.isNotNull(), unique).otherwise(before)
-    types = E.when(declared.isNotNull(), E.transform_values(declared, lambda k, t: t["type"]))
-
     return staged.select(
         *canonical(
-            table=table,
+            table=_qualified_table(src),
             kind=kind,
             op=op,
             reason=reason,
@@ -331,7 +363,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             partial=E.coalesce((op == OP_UPDATE) & E.col("_unavailable").isNotNull(), E.lit(False)),
             unavailable=E.when(op != OP_DELETE, E.col("_unavailable")),
             key_cols=key_cols,
-            types=types,
+            types=E.when(declared.isNotNull(), E.transform_values(declared, lambda k, t: t["type"])),
             raw=E.col("text"),
         )
     )

@@ -1,7 +1,7 @@
 """Debezium's MongoDB connector: the Debezium envelope whose documents are extended-JSON strings.
 
 The envelope (``op``, ``ts_ms``, ``source``, ``transaction``, bare or in a Kafka Connect ``payload``)
-is the one ``debezium.py`` reads; what differs is the row images. ``after`` and ``before`` (a
+is the one ``envelope`` reads; what differs is the row images. ``after`` and ``before`` (a
 pre-image) are strings holding the whole document as MongoDB extended JSON, an update may carry
 only what changed (``updateDescription`` in 2.x change-streams mode, ``patch`` with ``$set``/
 ``$unset`` or a ``$v: 2`` ``diff`` in 1.x oplog mode), and a delete usually carries no document at
@@ -10,19 +10,7 @@ value (``{"id": "<extended JSON of _id>"}``; that line is counted as ignored, re
 or the 1.x ``filter``.
 
 The key is ``_id``. Snapshot columns are the documents' top-level fields; values are converted
-from extended JSON once, here:
-
-- ``$oid`` -> its hex text; ``$symbol``, ``$code``, ``$uuid``, ``$regularExpression`` (as
-  ``/pattern/options``), ``$minKey``/``$maxKey`` (``MinKey``/``MaxKey``) -> text;
-- ``$numberInt``, ``$numberLong``, ``$numberDouble`` (``NaN``, ``Infinity`` too) -> numbers, typed
-  like plain JSON numbers (bigint, or double when any value of the column has a fraction);
-- ``$numberDecimal`` -> an exact decimal, declared ``decimal(p,s)`` by its digits (``NaN``,
-  ``Infinity`` or exponent notation are set aside as ``type mismatch``);
-- ``$date`` (epoch ms, ``$numberLong`` or ISO text) and ``$timestamp`` (its seconds) -> timestamp;
-- ``$binary`` -> binary, or UUID text for subtypes 3 and 4; ``$undefined`` -> null;
-- nested documents and arrays -> their JSON text, in the document's own field order, with the
-  extended-JSON wrappers inside replaced by plain values (``{"$numberLong": "5"}`` -> ``5``,
-  ``{"$oid": "..."}`` -> ``"..."``, ``{"$date": 1}`` -> ``1``): the relaxed JSON a reader expects.
+from extended JSON once, by ``extended_json`` (which lists what each wrapper becomes).
 
 Strings, booleans, ``$date`` columns and the text forms are declared (a column that holds a date in
 one document and text in another stops the job as a type change, never silently nulls); numbers
@@ -57,6 +45,13 @@ from pyspark.sql.types import (
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.debezium.envelope import Envelope, envelope_op
+from airflow_cdc_provider.formats.debezium.extended_json import (
+    CONVERTED,
+    converted_document,
+    failed,
+    image_of,
+    types_of,
+)
 from airflow_cdc_provider.formats.events import (
     IGNORED_HEARTBEAT,
     IGNORED_KAFKA_KEY,
@@ -129,26 +124,6 @@ RECORD_SCHEMA = StructType(_ENVELOPE_FIELDS + [StructField("payload", StructType
 _OPS = {"c": OP_INSERT, "r": OP_READ, "u": OP_UPDATE, "d": OP_DELETE}
 _TEXTS = MapType(StringType(), StringType())
 _VALUES = MapType(StringType(), VariantType())
-_CONVERTED = "map<string,struct<v:variant,t:string,ok:boolean>>"
-
-# Extended-JSON wrappers inside nested documents and arrays -> relaxed JSON values, applied in
-# order to Spark's compact JSON text of the value ($numberLong before $date: {"$date": {"$numberLong": ...}}).
-_NUMBER = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
-_NESTED_WRAPPERS = [
-    (r'\{"\$numberLong":"(-?\d+)"\}', "$1"),
-    (r'\{"\$numberInt":"(-?\d+)"\}', "$1"),
-    (r'\{"\$numberDouble":"(' + _NUMBER + r')"\}', "$1"),
-    (r'\{"\$numberDouble":"([^"\\]*)"\}', '"$1"'),
-    (r'\{"\$numberDecimal":"(' + _NUMBER + r')"\}', "$1"),
-    (r'\{"\$numberDecimal":"([^"\\]*)"\}', '"$1"'),
-    (r'\{"\$oid":"([0-9A-Fa-f]*)"\}', '"$1"'),
-    (r'\{"\$date":(-?\d+)\}', "$1"),
-    (r'\{"\$date":("[^"\\]*")\}', "$1"),
-    (r'\{"\$timestamp":\{"t":(\d+),"i":\d+\}\}', "$1"),
-    (r'\{"\$symbol":("(?:[^"\\]|\\.)*")\}', "$1"),
-    (r'\{"\$undefined":true\}', "null"),
-]
-_INTEGRAL_KINDS = ("BIGINT", "INT", "SMALLINT", "TINYINT")
 # The record's columns every stage carries.
 _RECORD = ("file", "file_pos", "line", "text", "tombstone", "bad")
 # The documents a record can carry, each converted on its own.
@@ -163,175 +138,6 @@ _DOCUMENTS = (
     "filter_doc",
     "key_doc",
 )
-
-
-def relaxed_json(text: Expr) -> Expr:
-    """The JSON text of a nested value with its extended-JSON wrappers replaced by plain values."""
-    relaxed = text
-    for pattern, replacement in _NESTED_WRAPPERS:
-        relaxed = E.regexp_replace(relaxed, pattern, replacement)
-    # Every wrapper starts with {"$: text without one is already relaxed (and is not scanned 12 times).
-    return E.when(text.contains('{"$'), relaxed).otherwise(text)
-
-
-def _uuid_text(b64: Expr) -> Expr:
-    def dashed(h: Expr) -> Expr:
-        parts = [
-            E.substring(h, start, length) for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
-        ]
-        return E.when(E.length(h) == 32, E.concat_ws("-", *parts))
-
-    # The hex digits decoded once, not once per part.
-    return E.let(E.lower(E.hex(E.try_to_binary(b64, "base64"))), dashed)
-
-
-def _decimal_type(text: Expr) -> Expr:
-    """``decimal(p,s)`` holding a plain decimal text exactly (null when it has more than 38 digits)."""
-    integral = E.length(E.regexp_extract(text, r"^-?(\d+)", 1))
-    scale = E.length(E.regexp_extract(text, r"\.(\d+)$", 1))
-    precision = E.greatest(integral + scale, E.lit(1))
-    return E.when(precision <= 38, E.format_string("decimal(%d,%d)", precision, scale))
-
-
-def _out(value: Expr, spark_type: Expr | str | None, ok: Expr | None = None) -> Expr:
-    """``struct<v, t, ok>``: the value as a variant, its declared type, whether it converted (non-null)."""
-    t = E.lit(spark_type) if isinstance(spark_type, str) else spark_type
-    return E.struct(
-        value.cast("variant").alias("v"),
-        (t if t is not None else E.lit(None)).cast("string").alias("t"),
-        (value.isNotNull() if ok is None else ok).alias("ok"),
-    )
-
-
-def _relaxed_out(text: Expr) -> Expr:
-    # The relaxed text is null only when the text is: tested on the text, not built twice.
-    return _out(relaxed_json(text), "string", ok=text.isNotNull())
-
-
-def convert_value(v: Expr, text: Expr) -> Expr:
-    """One top-level value -> ``struct<v: variant, t: declared Spark type or null, ok: converted>``.
-
-    ``v`` is the value parsed as a variant, ``text`` its JSON text in the document's field order
-    (Spark's compact form; a string's own text for a string).
-    """
-
-    def at(name: str, spark_type: str = "variant") -> Expr:
-        return E.try_variant_get(v, f"$['{name}']", spark_type)
-
-    def has(name: str) -> Expr:
-        return at(name).isNotNull()
-
-    date = at("$date")
-    date_kind = E.schema_of_variant(date)
-    date_ms = E.coalesce(
-        E.when(date_kind.isin(*_INTEGRAL_KINDS), E.try_variant_get(date, "$", "bigint")),
-        E.try_variant_get(date, "$['$numberLong']", "string").try_cast("bigint"),
-    )
-    # timestamp_millis is null only for a null input: the epoch milliseconds are read once.
-    date_value = E.coalesce(
-        E.timestamp_millis(date_ms),
-        E.when(date_kind == "STRING", E.try_to_timestamp(E.try_variant_get(date, "$", "string"))),
-    )
-    binary_b64 = E.coalesce(
-        E.try_variant_get(v, "$['$binary'].base64", "string"),
-        E.when(E.schema_of_variant(at("$binary")) == "STRING", at("$binary", "string")),
-    )
-    subtype = E.lower(
-        E.coalesce(E.try_variant_get(v, "$['$binary'].subType", "string"), at("$type", "string"))
-    )
-    is_uuid = subtype.isin("3", "03", "4", "04")
-    regex = E.coalesce(
-        E.when(
-            has("$regularExpression"),
-            E.concat(
-                E.lit("/"),
-                E.try_variant_get(v, "$['$regularExpression'].pattern", "string"),
-                E.lit("/"),
-                E.coalesce(E.try_variant_get(v, "$['$regularExpression'].options", "string"), E.lit("")),
-            ),
-        ),
-        E.when(
-            has("$regex"),
-            E.concat(
-                E.lit("/"),
-                at("$regex", "string"),
-                E.lit("/"),
-                E.coalesce(at("$options", "string"), E.lit("")),
-            ),
-        ),
-    )
-    decimal_text = E.trim(at("$numberDecimal", "string"))
-    plain_decimal = decimal_text.rlike(r"^-?\d+(\.\d+)?$")
-    # The object's field count from the parsed value (its text is not parsed again).
-    field_count = E.size(E.try_variant_get(v, "$", "map<string,variant>"))
-
-    wrapper = (
-        E.when(has("$oid"), _out(at("$oid", "string"), "string"))
-        .when(has("$numberLong"), _out(E.trim(at("$numberLong", "string")).try_cast("bigint"), None))
-        .when(has("$numberInt"), _out(E.trim(at("$numberInt", "string")).try_cast("int"), None))
-        .when(has("$numberDouble"), _out(E.trim(at("$numberDouble", "string")).try_cast("double"), None))
-        .when(
-            has("$numberDecimal"),
-            _out(E.when(plain_decimal, E.try_parse_json(decimal_text)), _decimal_type(decimal_text)),
-        )
-        .when(has("$date"), _out(date_value, "timestamp"))
-        .when(
-            has("$timestamp"),
-            _out(E.timestamp_seconds(E.try_variant_get(v, "$['$timestamp'].t", "bigint")), "timestamp"),
-        )
-        .when(has("$binary") & is_uuid, _out(_uuid_text(binary_b64), "string"))
-        .when(has("$binary"), _out(E.try_to_binary(binary_b64, "base64"), "binary"))
-        .when(has("$uuid"), _out(at("$uuid", "string"), "string"))
-        .when(has("$regularExpression") | has("$regex"), _out(regex, "string"))
-        .when(has("$symbol"), _out(at("$symbol", "string"), "string"))
-        .when(has("$code") & (field_count == 1), _out(at("$code", "string"), "string"))
-        .when(has("$minKey"), _out(E.lit("MinKey"), "string"))
-        .when(has("$maxKey"), _out(E.lit("MaxKey"), "string"))
-        .when(
-            has("$undefined"),
-            E.struct(E.null("variant").alias("v"), E.null("string").alias("t"), E.lit(True).alias("ok")),
-        )
-        .otherwise(_relaxed_out(text))
-    )
-    # Objects and arrays are told by a cast that copies nothing (an object to an empty struct) or
-    # little, so schema_of_variant, which describes the whole value, runs only on scalars.
-    is_object = E.try_variant_get(v, "$", "struct<>").isNotNull()
-    is_array = E.try_variant_get(v, "$", "array<struct<>>").isNotNull()
-    kind = E.schema_of_variant(v)
-    return (
-        E.when(
-            v.isNull() | E.is_variant_null(v),
-            E.struct(v.alias("v"), E.null("string").alias("t"), E.lit(True).alias("ok")),
-        )
-        .when(is_object, wrapper)
-        .when(is_array, _relaxed_out(text))
-        .when(kind == "STRING", _out(v, "string"))
-        .when(kind == "BOOLEAN", _out(v, "boolean"))
-        .otherwise(_out(v, None))
-    )
-
-
-def converted_document(values: Expr, texts: Expr) -> Expr:
-    """A document's fields -> its converted fields, ``_CONVERTED``: per field its value, declared
-    type and whether it converted; null when there is no document or it is not a JSON object.
-
-    ``values`` and ``texts`` are the document parsed as ``_VALUES`` and as ``_TEXTS``, each in a
-    column of its own: an expression bound inside the walk would be evaluated interpreted.
-    """
-    return E.transform_values(values, lambda k, v: convert_value(v, texts[k]))
-
-
-def image_of(converted: Expr) -> Expr:
-    return E.map_from_arrays(E.map_keys(converted), E.map_values(converted)["v"])
-
-
-def types_of(converted: Expr) -> Expr:
-    types = E.map_from_arrays(E.map_keys(converted), E.map_values(converted)["t"])
-    return E.map_filter(types, lambda k, t: t.isNotNull())
-
-
-def failed(converted: Expr) -> Expr:
-    return E.coalesce(E.array_contains(E.map_values(converted)["ok"], False), E.lit(False))
 
 
 def _overlay(base: Expr, top: Expr) -> Expr:
@@ -519,7 +325,7 @@ class DebeziumMongodbDecoder(Decoder):
     @staticmethod
     def _images(staged: DataFrame) -> DataFrame:
         op = E.col("op")
-        empty = E.map().cast(_CONVERTED)
+        empty = E.map().cast(CONVERTED)
         sets = [E.col(n) for n in ("updated_doc", "set_doc", "diff_u_doc", "diff_i_doc")]
         # The sets given, overlaid in order (one set, the usual case, as it is).
         given = functools.reduce(

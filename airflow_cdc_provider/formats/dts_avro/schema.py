@@ -3,7 +3,7 @@
 DTS writes one ``Record`` per Kafka message as schemaless Avro: a reader must use exactly the
 writer's field order and union branches, so the schema is spelled out here rather than inferred.
 It follows the public ``Record.avsc`` of Alibaba's DTS subscribe demo (namespace
-``com.alibaba.dts.formats.avro``); see DESIGN.md section 2. No spark-avro jar exists here, so the
+``com.alibaba.dts.formats.avro``); see ``docs/formats/dts-avro.md``. No spark-avro jar exists here, so the
 schema is used by fastavro inside Python workers.
 
 ``bornTimestamp`` is the one field newer DTS releases append to the end of the record; older

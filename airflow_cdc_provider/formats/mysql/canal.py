@@ -3,10 +3,11 @@
 One message carries several rows of one table: ``data[i]`` is row i after the change and
 ``old[i]`` holds the previous values of only the columns that changed. Canal writes every value as
 a JSON string; ``mysqlType`` (else ``sqlType``, java.sql.Types codes) says what it really is, so the
-values are typed here. A column no type declares keeps its JSON type (Flink CDC's Kafka sink writes
-typed JSON values and no ``mysqlType``): ``1.0`` stays the double 1.0, never the text ``"1"``. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and
-leave ``data`` null; that layout is recognised per record. DDL messages are counted, never applied;
-an ``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.ddl``).
+values are typed here (``canal_typing``). A column no type declares keeps its JSON type (Flink
+CDC's Kafka sink writes typed JSON values and no ``mysqlType``): ``1.0`` stays the double 1.0, never
+the text ``"1"``. DTS instances created before 2022-03-20 put a DELETE's rows in ``old`` and leave
+``data`` null; that layout is recognised per record. DDL messages are counted, never applied; an
+``ALTER TABLE`` that adds or drops columns says so on its ignored event (see ``formats.common.ddl``).
 
 The rows are parsed as text (``map<string,string>``), the way Canal writes them, and each value is
 converted once by its declared type. The plan is built in stages (parse, declare types, convert,
@@ -18,15 +19,11 @@ Spark runs higher-order functions interpreted, and every element one reads asks 
 session's configuration (a new object each time inside a task). The type declarations a sample of
 the landing shows (``_signatures``: the first records of every file and split) are therefore
 resolved once, while planning; a one-row message whose declaration is one of them, and whose row
-holds exactly the declared columns, is typed by plain expressions (``_Specialised``). Everything
-else takes the general path, with the same result.
+holds exactly the declared columns, is typed by plain expressions (``canal_typing.Specialised``).
+Everything else takes the general path, with the same result.
 """
 
 from __future__ import annotations
-
-import functools
-import operator
-from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -42,7 +39,7 @@ from pyspark.sql.types import (
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.common.ddl import added_columns, dropped_columns
 from airflow_cdc_provider.formats.common.jsonlines import images_not_objects, parse_json_records
-from airflow_cdc_provider.formats.common.values import aligned_values, failed_conversions, text_to_variant
+from airflow_cdc_provider.formats.common.values import aligned_values, failed_conversions
 from airflow_cdc_provider.formats.events import (
     IGNORED_DDL,
     IGNORED_HEARTBEAT,
@@ -69,7 +66,14 @@ from airflow_cdc_provider.formats.events import (
     empty_image,
     qualified_table,
 )
-from airflow_cdc_provider.formats.mysql.declared_types import EMPTY_TEXT_MAP, declared_types, empty_text_map
+from airflow_cdc_provider.formats.mysql.canal_typing import (
+    Signature,
+    Specialised,
+    declared_value,
+    typed_row,
+    undeclared,
+)
+from airflow_cdc_provider.formats.mysql.declared_types import declared_types, empty_text_map
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.reader import LandedFile, first_records
 from airflow_cdc_provider.spark.sqlexpr import Expr
@@ -120,81 +124,9 @@ def _ddl_message(message: Expr) -> Expr:
     return _ddl_flagged(message) | E.upper(E.trim(message["type"])).isin(*_DDL_TYPES)
 
 
-def _strings(values: tuple[str, ...]) -> Expr:
-    return E.array(*[E.lit(v) for v in values]).cast("array<string>")
-
-
-def _string_map(keys: tuple[str, ...], values: tuple[str, ...]) -> Expr:
-    """A ``map<string,string>`` literal, entries in the order given."""
-    return E.map_from_arrays(_strings(keys), _strings(values))
-
-
-def _latin1_bytes(text: Expr) -> Expr:
-    """Canal writes binary columns as ISO-8859-1 text (one char per byte); other text is taken as UTF-8."""
-    latin1 = text.rlike(r"\A[\x{00}-\x{FF}]*\z")
-    return E.when(latin1, E.encode(text, E.lit("ISO-8859-1"))).otherwise(E.try_to_binary(text, "utf-8"))
-
-
-def _untyped(json_value: Expr, text: Expr) -> Expr:
-    """A value no type declares keeps its JSON type: a number stays a number, a boolean a boolean.
-
-    Spark's JSON parser holds a number with a fraction as an exact decimal without trailing zeros
-    (``1.0`` as ``1``); as a double it keeps the JSON meaning (and renders as ``1.0``, not ``1``).
-    Strings keep their exact text; objects and arrays are kept as their JSON text, as before.
-    """
-    kind = E.schema_of_variant(json_value)
-    integral = kind.isin("BIGINT", "INT", "SMALLINT", "TINYINT") | (kind == "BOOLEAN")
-    fractional = kind.startswith("DECIMAL") | kind.isin("DOUBLE", "FLOAT")
-    return (
-        E.when(text.isNull(), E.null("variant"))
-        .when(integral, json_value)
-        .when(fractional, E.try_variant_get(json_value, "$", "double").cast("variant"))
-        .otherwise(text.cast("variant"))
-    )
-
-
-def _declared_value(text: Expr, spark_type: Expr) -> Expr:
-    return E.when(spark_type == "binary", _latin1_bytes(text).cast("variant")).otherwise(
-        text_to_variant(text, spark_type)
-    )
-
-
-def typed_row(row: Expr, types: Expr, aligned: Expr, json_row: Expr) -> Expr:
-    """A text row -> ``map<string,variant>`` of typed values, in the row's column order.
-
-    ``aligned`` holds the row's converted values when ``types`` declares exactly its columns
-    (``values.aligned_values``). Otherwise the row's types are looked up once per column, and a
-    column no type declares takes its JSON type from ``json_row`` (the same row as parsed JSON
-    values): some producers (Flink CDC's Kafka sink) write typed JSON values and no ``mysqlType``.
-    A row that names a column twice keeps both entries, as parsed.
-    """
-    keys = E.map_keys(row)
-    row_types = E.transform(keys, lambda k: E.try_element_at(types, k))
-
-    def value(k: Expr, v: Expr, t: Expr) -> Expr:
-        return E.when(t.isNull(), _untyped(E.try_element_at(json_row, k), v)).otherwise(_declared_value(v, t))
-
-    looked_up = E.zip_with(E.map_entries(row), row_types, lambda e, t: value(e["key"], e["value"], t))
-    return (
-        E.when(aligned.isNotNull(), E.map_from_arrays(keys, aligned))
-        .when(E.size(E.array_distinct(keys)) == E.size(keys), E.map_from_arrays(keys, looked_up))
-        # map_from_arrays refuses a key twice; such a row keeps both entries, typed in place.
-        .otherwise(E.transform_values(row, lambda k, v: value(k, v, E.try_element_at(types, k))))
-    )
-
-
 def _not_rows(rows: Expr) -> Expr:
     """Some entry of a row array is not an object (a JSON null row)."""
     return E.coalesce(E.exists(rows, lambda m: m.isNull()), E.lit(False))
-
-
-def _undeclared(rows: Expr, types: Expr) -> Expr:
-    """Some row holds a column ``types`` does not declare (true when nothing is declared)."""
-
-    def declared(m: Expr) -> Expr:
-        return m.isNull() | (E.size(E.array_except(E.map_keys(m), E.map_keys(types))) == 0)
-
-    return types.isNull() | ~E.coalesce(E.forall(rows, declared), E.lit(True))
 
 
 # The sample a run plans its specialised typing on: the first records of every file and split.
@@ -211,32 +143,7 @@ _SAMPLE_SCHEMA = StructType(
 )
 
 
-@dataclass(frozen=True)
-class _Signature:
-    """A row change's type declaration (``mysqlType`` and ``sqlType``, each None when absent) and
-    the Spark types ``declared_types`` gives it, in the order of its columns."""
-
-    mysql: tuple[tuple[str, str], ...] | None
-    sql: tuple[tuple[str, str], ...] | None
-    names: tuple[str, ...]
-    types: tuple[str, ...]
-
-    def declares(self, mysql_types: Expr, sql_types: Expr) -> Expr:
-        """The record declares exactly this (both maps, their entries in the same order)."""
-        return _same_map(mysql_types, self.mysql) & _same_map(sql_types, self.sql)
-
-    def type_map(self) -> Expr:
-        return _string_map(self.names, self.types)
-
-
-def _same_map(m: Expr, entries: tuple[tuple[str, str], ...] | None) -> Expr:
-    if entries is None:
-        return m.isNull()
-    keys, values = zip(*entries) if entries else ((), ())
-    return (E.map_keys(m) == _strings(keys)) & (E.map_values(m) == _strings(values))
-
-
-def _signatures(spark: SparkSession, files: list[LandedFile]) -> list[_Signature]:
+def _signatures(spark: SparkSession, files: list[LandedFile]) -> list[Signature]:
     """The row changes' type declarations in a sample of ``files``, most frequent first, within
     ``_SPECIALISED_COLUMNS``: one read of the text, the sampled records parsed for two fields."""
     j = E.col("j")
@@ -274,7 +181,7 @@ def _signatures(spark: SparkSession, files: list[LandedFile]) -> list[_Signature
         names = row["names"] or []
         if 0 < len(names) <= budget:
             chosen.append(
-                _Signature(
+                Signature(
                     mysql=None if row["m"] is None else tuple(tuple(e) for e in row["m"]),
                     sql=None if row["s"] is None else tuple(tuple(e) for e in row["s"]),
                     names=tuple(names),
@@ -283,73 +190,6 @@ def _signatures(spark: SparkSession, files: list[LandedFile]) -> list[_Signature
             )
             budget -= len(names)
     return chosen
-
-
-class _Specialised:
-    """The typing of one-row messages whose declaration is a sampled ``_Signature``, in plain
-    expressions over positions ``0 .. width-1``: no lambda, no lookup per value. It gives what
-    ``typed_row`` gives such a row, and the same conversion failures."""
-
-    def __init__(self, signatures: list[_Signature]) -> None:
-        self.signatures = signatures
-        self.width = max((len(s.names) for s in signatures), default=1)
-
-    def index(self, mysql_types: Expr, sql_types: Expr, rows: Expr, old: Expr) -> Expr:
-        """The signature the record declares, when its rows take this path; else null."""
-        row, old_row = E.get(rows, 0), E.get(old, 0)
-        chosen = E.null("int")
-        for i, s in reversed(list(enumerate(self.signatures))):
-            names = _strings(s.names)
-            old_fits = old.isNull() | (
-                (E.size(old) == 1)
-                & old_row.isNotNull()
-                & (E.size(E.array_except(E.map_keys(old_row), names)) == 0)
-            )
-            fits = (E.size(rows) == 1) & row.isNotNull() & (E.map_keys(row) == names) & old_fits
-            chosen = E.when(s.declares(mysql_types, sql_types) & fits, E.lit(i)).otherwise(chosen)
-        return chosen
-
-    def types(self, index: Expr) -> Expr:
-        """The signature's types, as ``declared_types`` gives them."""
-        chosen = E.null(EMPTY_TEXT_MAP)
-        for i, s in reversed(list(enumerate(self.signatures))):
-            chosen = E.when(index == i, s.type_map()).otherwise(chosen)
-        return chosen
-
-    def row_values(self, index: Expr, row: Expr) -> Expr:
-        """The values of a row that holds exactly the signature's columns, converted position by
-        position by the literal type there: Spark folds each conversion to one cast."""
-        texts = E.map_values(row)
-        values = []
-        for p in range(self.width):
-            value = E.null("variant")
-            for i, s in reversed(list(enumerate(self.signatures))):
-                if p < len(s.types):
-                    value = E.when(index == i, _declared_value(E.get(texts, p), E.lit(s.types[p]))).otherwise(
-                        value
-                    )
-            values.append(value)
-        return E.array(*values)
-
-    def values(self, row: Expr, types: Expr) -> Expr:
-        """The row's values converted by ``types``, position by position (null past its end)."""
-        texts = E.map_values(row)
-        return E.array(*[_declared_value(E.get(texts, p), E.get(types, p)) for p in range(self.width)])
-
-    def key_types(self, row: Expr, types: Expr) -> Expr:
-        """The declared type of each of the row's columns, position by position."""
-        keys = E.map_keys(row)
-        return E.array(*[E.try_element_at(types, E.get(keys, p)) for p in range(self.width)])
-
-    @staticmethod
-    def image(row: Expr, values: Expr) -> Expr:
-        return E.map_from_arrays(E.map_keys(row), E.slice(values, 1, E.size(row)))
-
-    def failed(self, row: Expr, values: Expr) -> Expr:
-        """Some value of the row has text that did not convert."""
-        texts = E.map_values(row)
-        checks = [E.get(texts, p).isNotNull() & E.get(values, p).isNull() for p in range(self.width)]
-        return E.coalesce(functools.reduce(operator.or_, checks), E.lit(False)) if checks else E.lit(False)
 
 
 class CanalJsonDecoder(Decoder):
@@ -362,7 +202,7 @@ class CanalJsonDecoder(Decoder):
 
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
-        specialised = _Specialised(_signatures(spark, files))
+        specialised = Specialised(_signatures(spark, files))
         return self._events(self._classified(self._typed(self._records(parsed), specialised)))
 
     @staticmethod
@@ -401,101 +241,21 @@ class CanalJsonDecoder(Decoder):
         )
 
     @staticmethod
-    def _typed(records: DataFrame, specialised: _Specialised) -> DataFrame:
+    def _typed(records: DataFrame, specialised: Specialised) -> DataFrame:
         """Typed rows and whether a value failed its conversion, each conversion written once in the plan.
 
         Records that ``specialised`` takes (``_sig`` set) skip every step of the general path.
         """
-        types, sig = E.col("types"), E.col("_sig")
-        general = sig.isNull()
-        row, old = E.col("_row"), E.col("_old")
-        staged = records.select(
-            "*",
-            E.when(
-                ~E.col("is_ddl"),
-                specialised.index(
-                    E.col("mysql_types"), E.col("sql_types"), E.col("rows_source"), E.col("old_source")
-                ),
-            )
-            .alias("_sig")
-            .column(),
-        )
-        staged = staged.select(
-            "*",
-            *E.columns(
-                E.when(general, declared_types(E.col("mysql_types"), E.col("sql_types")))
-                .otherwise(specialised.types(sig))
-                .alias("types"),
-                E.when(~general, E.get(E.col("rows_source"), 0)).alias("_row"),
-                E.when(~general, E.get(E.col("old_source"), 0)).alias("_old"),
-            ),
-        )
-        # An `old` entry that is JSON null has no values.
-        old_rows = E.transform("old_source", lambda m: E.coalesce(m, empty_text_map()))
-        staged = staged.select(
-            *[c for c in staged.columns if c != "old_source"],
-            *E.columns(
-                E.when(general, old_rows).otherwise(E.col("old_source")).alias("old_source"),
-                E.when(
-                    general, E.transform("rows_source", lambda m: aligned_values(m, types, _declared_value))
-                ).alias("row_values"),
-                E.when(~general, specialised.row_values(sig, row)).alias("_row_values"),
-                E.when(old.isNotNull(), specialised.key_types(old, types)).alias("_old_types"),
-            ),
-        )
-        needs_json = general & (
-            E.exists("row_values", lambda v: v.isNull()) | _undeclared(E.col("old_source"), types)
-        )
-        json = E.col("json")
-        staged = staged.select(
-            "*",
-            *E.columns(
-                E.when(E.coalesce(needs_json, E.lit(False)), E.from_json("text", JSON_ROWS_SCHEMA)).alias(
-                    "json"
-                ),
-                E.when(old.isNotNull(), specialised.values(old, E.col("_old_types"))).alias("_old_values"),
-            ),
-        )
-        json_rows = E.when(E.col("old_layout"), json["old"]).otherwise(json["data"])
-
-        def typed_rows(rows: str, aligned: Expr | None, json_rows: Expr) -> Expr:
-            no_values = E.null("array<variant>")
-            return E.transform(
-                rows,
-                lambda m, i: typed_row(
-                    m,
-                    types,
-                    no_values if aligned is None else E.try_element_at(aligned, i + 1),
-                    E.try_element_at(json_rows, i + 1),
-                ),
-            )
-
-        row_values, old_values = E.col("_row_values"), E.col("_old_values")
-        staged = staged.select(
-            "*",
-            *E.columns(
-                E.when(general, typed_rows("rows_source", E.col("row_values"), json_rows))
-                .otherwise(E.array(specialised.image(row, row_values)))
-                .alias("row_typed"),
-                E.when(general, typed_rows("old_source", None, json["old"]))
-                .otherwise(E.when(old.isNotNull(), E.array(specialised.image(old, old_values))))
-                .alias("old_typed"),
-            ),
-        )
-
-        def failed(rows: str, typed: str) -> Expr:
-            return E.coalesce(
-                E.exists(E.zip_with(rows, typed, failed_conversions), lambda x: x),
-                E.lit(False),
-            )
-
-        conversion_failed = E.when(
-            general, failed("rows_source", "row_typed") | failed("old_source", "old_typed")
-        ).otherwise(specialised.failed(row, row_values) | specialised.failed(old, old_values))
-        return staged.select("*", conversion_failed.alias("conversion_failed").column())
+        staged = _signature_and_types(records, specialised)
+        staged = _converted_values(staged, specialised)
+        staged = _json_rows_where_needed(staged, specialised)
+        staged = _typed_rows(staged, specialised)
+        return _with_conversion_failed(staged, specialised)
 
     @staticmethod
     def _classified(typed: DataFrame) -> DataFrame:
+        """Each message's kind and reason, the first rule that holds deciding, and the op its
+        events carry (``event_op``: a truncate, or the row op of a row change)."""
         kind_type, op, table = E.col("kind_type"), E.col("op"), E.col("table")
         truncate = kind_type == _TRUNCATE
         rows = E.coalesce(E.size("rows_source"), E.lit(0))
@@ -571,3 +331,128 @@ class CanalJsonDecoder(Decoder):
                 raw=E.col("text"),
             )
         )
+
+
+# The steps of `CanalJsonDecoder._typed`, in order.
+
+
+def _signature_and_types(records: DataFrame, specialised: Specialised) -> DataFrame:
+    """The sampled signature a row change declares (``_sig``; null: the general path), its
+    declared types (``types``) and, on the specialised path, its one row and ``old`` row
+    (``_row``, ``_old``)."""
+    staged = records.select(
+        "*",
+        E.when(
+            ~E.col("is_ddl"),
+            specialised.index(
+                E.col("mysql_types"), E.col("sql_types"), E.col("rows_source"), E.col("old_source")
+            ),
+        )
+        .alias("_sig")
+        .column(),
+    )
+    general = _general()
+    return staged.select(
+        "*",
+        *E.columns(
+            E.when(general, declared_types(E.col("mysql_types"), E.col("sql_types")))
+            .otherwise(specialised.types(E.col("_sig")))
+            .alias("types"),
+            E.when(~general, E.get(E.col("rows_source"), 0)).alias("_row"),
+            E.when(~general, E.get(E.col("old_source"), 0)).alias("_old"),
+        ),
+    )
+
+
+def _converted_values(staged: DataFrame, specialised: Specialised) -> DataFrame:
+    """The values converted by their declared types before the rows are put together: on the
+    general path each row's values when its types declare exactly its columns (``row_values``),
+    with an ``old`` entry that is JSON null made empty; on the specialised path the row's values
+    (``_row_values``) and the declared types of its ``old`` row's columns (``_old_types``)."""
+    types, general, old = E.col("types"), _general(), E.col("_old")
+    # An `old` entry that is JSON null has no values.
+    old_rows = E.transform("old_source", lambda m: E.coalesce(m, empty_text_map()))
+    return staged.select(
+        *[c for c in staged.columns if c != "old_source"],
+        *E.columns(
+            E.when(general, old_rows).otherwise(E.col("old_source")).alias("old_source"),
+            E.when(
+                general, E.transform("rows_source", lambda m: aligned_values(m, types, declared_value))
+            ).alias("row_values"),
+            E.when(~general, specialised.row_values(E.col("_sig"), E.col("_row"))).alias("_row_values"),
+            E.when(old.isNotNull(), specialised.key_types(old, types)).alias("_old_types"),
+        ),
+    )
+
+
+def _json_rows_where_needed(staged: DataFrame, specialised: Specialised) -> DataFrame:
+    """The record's rows parsed again, as JSON values (``json``), only where the general path
+    meets a column no type declares; and the specialised path's ``old`` values (``_old_values``)."""
+    general, old = _general(), E.col("_old")
+    needs_json = general & (
+        E.exists("row_values", lambda v: v.isNull()) | undeclared(E.col("old_source"), E.col("types"))
+    )
+    return staged.select(
+        "*",
+        *E.columns(
+            E.when(E.coalesce(needs_json, E.lit(False)), E.from_json("text", JSON_ROWS_SCHEMA)).alias("json"),
+            E.when(old.isNotNull(), specialised.values(old, E.col("_old_types"))).alias("_old_values"),
+        ),
+    )
+
+
+def _typed_rows(staged: DataFrame, specialised: Specialised) -> DataFrame:
+    """The rows and ``old`` rows as typed images (``row_typed``, ``old_typed``), by whichever path
+    the record takes."""
+    types, general, json = E.col("types"), _general(), E.col("json")
+    row, old = E.col("_row"), E.col("_old")
+    json_rows = E.when(E.col("old_layout"), json["old"]).otherwise(json["data"])
+    return staged.select(
+        "*",
+        *E.columns(
+            E.when(general, _typed_each("rows_source", types, E.col("row_values"), json_rows))
+            .otherwise(E.array(specialised.image(row, E.col("_row_values"))))
+            .alias("row_typed"),
+            E.when(general, _typed_each("old_source", types, None, json["old"]))
+            .otherwise(E.when(old.isNotNull(), E.array(specialised.image(old, E.col("_old_values")))))
+            .alias("old_typed"),
+        ),
+    )
+
+
+def _with_conversion_failed(staged: DataFrame, specialised: Specialised) -> DataFrame:
+    """Whether some value of a row or ``old`` row has text its declared type does not read
+    (``conversion_failed``): the record is then quarantined."""
+
+    def failed(rows: str, typed: str) -> Expr:
+        return E.coalesce(
+            E.exists(E.zip_with(rows, typed, failed_conversions), lambda x: x),
+            E.lit(False),
+        )
+
+    row, old = E.col("_row"), E.col("_old")
+    row_values, old_values = E.col("_row_values"), E.col("_old_values")
+    conversion_failed = E.when(
+        _general(), failed("rows_source", "row_typed") | failed("old_source", "old_typed")
+    ).otherwise(specialised.failed(row, row_values) | specialised.failed(old, old_values))
+    return staged.select("*", conversion_failed.alias("conversion_failed").column())
+
+
+def _general() -> Expr:
+    """A record of the general path: no sampled signature takes it (``_sig`` null)."""
+    return E.col("_sig").isNull()
+
+
+def _typed_each(rows: str, types: Expr, aligned: Expr | None, json_rows: Expr) -> Expr:
+    """Each row of the array column ``rows`` typed by ``typed_row``, with its ``aligned`` values
+    (None: none) and its JSON-valued twin in ``json_rows``, both by the row's index."""
+    no_values = E.null("array<variant>")
+    return E.transform(
+        rows,
+        lambda m, i: typed_row(
+            m,
+            types,
+            no_values if aligned is None else E.try_element_at(aligned, i + 1),
+            E.try_element_at(json_rows, i + 1),
+        ),
+    )

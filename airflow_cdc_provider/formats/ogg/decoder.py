@@ -168,54 +168,19 @@ class OggJsonDecoder(Decoder):
         parsed = parse_json_records(spark, files, RECORD_SCHEMA)
         j = E.col("j")
         staged = _flags_removed(parsed, j["before"], j["after"])
-        op_text = E.upper(E.trim(j["op_type"]))
-        op = E.lookup(_OPS, op_text)
+        op = _op()
         before, after = E.col("_before"), E.col("_after")
-        table = E.when(E.trim(j["table"]) != "", dotted_table(E.trim(j["table"])))
-        event_ms = op_millis(j["op_ts"])
         position = trail_position(j["pos"])
-        bad = E.col("bad")
-        kind, reason = classify(
-            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (
-                images_not_objects(bad, E.col("text"), "$.before", "$.after"),
-                KIND_QUARANTINED,
-                Q_IMAGE_NOT_OBJECT,
-            ),
-            (bad.isNotNull(), KIND_QUARANTINED, bad),
-            (op_text.isNull() | (op_text == ""), KIND_QUARANTINED, Q_MISSING_OP),
-            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (table.isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (j["op_ts"].isNotNull() & event_ms.isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (op.isin(OP_INSERT, OP_UPDATE) & after.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
-            ((op == OP_DELETE) & before.isNull() & after.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
-        )
+        kind, reason = _classified()
         is_change = kind == KIND_CHANGE
-        # Compressed updates: the after image carries only the key and the changed columns. A full
-        # image carries some column whose value did not change; without a before image nobody can tell.
-        key_names = E.coalesce(
-            E.when(E.size(j["primary_keys"]) > 0, j["primary_keys"]),
-            E.array(*[E.lit(c) for c in options.key_columns]).cast("array<string>"),
-        )
-        carries_unchanged = E.exists(
-            E.map_keys(after),
-            lambda k: (
-                ~E.array_contains(key_names, k)
-                & E.map_contains_key(before, k)
-                & (E.to_json(before[k]) == E.to_json(after[k]))
-            ),
-        )
-        partial = (op == OP_UPDATE) & (
-            E.col("_after_flags_absent") | before.isNull() | ~E.coalesce(carries_unchanged, E.lit(False))
-        )
         txind = E.upper(E.trim(j["txind"]))
         return staged.select(
             *canonical(
-                table=table,
+                table=_table(),
                 kind=kind,
                 op=E.when(is_change, op),
                 reason=reason,
-                event_ms=event_ms,
+                event_ms=op_millis(j["op_ts"]),
                 log_pos=position,
                 log_pos_unreadable=j["pos"].isNotNull() & position.isNull(),
                 sub_pos=E.lit(0),
@@ -226,11 +191,73 @@ class OggJsonDecoder(Decoder):
                     E.when(op == OP_DELETE, E.coalesce(before, after)).when(op == OP_UPDATE, before),
                 ),
                 after=E.when(is_change & op.isin(OP_INSERT, OP_UPDATE), after),
-                partial=E.coalesce(is_change & partial, E.lit(False)),
+                partial=E.coalesce(is_change & _partial_update(options), E.lit(False)),
                 key_cols=E.when(E.size(j["primary_keys"]) > 0, j["primary_keys"]),
                 raw=E.col("text"),
             )
         )
+
+
+def _op_text() -> Expr:
+    """``op_type`` as written, trimmed and upper-cased."""
+    return E.upper(E.trim(E.col("j")["op_type"]))
+
+
+def _op() -> Expr:
+    """The canonical op ``op_type`` names (null for another name)."""
+    return E.lookup(_OPS, _op_text())
+
+
+def _table() -> Expr:
+    """``table`` as written (``SCHEMA.TABLE``), null when blank."""
+    j = E.col("j")
+    return E.when(E.trim(j["table"]) != "", dotted_table(E.trim(j["table"])))
+
+
+def _classified() -> tuple[Expr, Expr]:
+    """``(kind, reason)`` of a record with its flags removed (``_flags_removed``): a row change, a
+    tombstone (ignored) or a quarantined record, the first rule that holds deciding."""
+    j, bad, op_text, op = E.col("j"), E.col("bad"), _op_text(), _op()
+    before, after = E.col("_before"), E.col("_after")
+    return classify(
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (
+            images_not_objects(bad, E.col("text"), "$.before", "$.after"),
+            KIND_QUARANTINED,
+            Q_IMAGE_NOT_OBJECT,
+        ),
+        (bad.isNotNull(), KIND_QUARANTINED, bad),
+        (op_text.isNull() | (op_text == ""), KIND_QUARANTINED, Q_MISSING_OP),
+        (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (_table().isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (j["op_ts"].isNotNull() & op_millis(j["op_ts"]).isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (op.isin(OP_INSERT, OP_UPDATE) & after.isNull(), KIND_QUARANTINED, Q_MISSING_IMAGE),
+        ((op == OP_DELETE) & before.isNull() & after.isNull(), KIND_QUARANTINED, Q_KEY_UNKNOWN),
+    )
+
+
+def _partial_update(options: DecodeOptions) -> Expr:
+    """Whether an update's after image is partial (the rule of the module docstring).
+
+    Compressed updates: the after image carries only the key and the changed columns. A full image
+    carries some column whose value did not change; without a before image nobody can tell.
+    """
+    j, before, after = E.col("j"), E.col("_before"), E.col("_after")
+    key_names = E.coalesce(
+        E.when(E.size(j["primary_keys"]) > 0, j["primary_keys"]),
+        E.array(*[E.lit(c) for c in options.key_columns]).cast("array<string>"),
+    )
+    carries_unchanged = E.exists(
+        E.map_keys(after),
+        lambda k: (
+            ~E.array_contains(key_names, k)
+            & E.map_contains_key(before, k)
+            & (E.to_json(before[k]) == E.to_json(after[k]))
+        ),
+    )
+    return (_op() == OP_UPDATE) & (
+        E.col("_after_flags_absent") | before.isNull() | ~E.coalesce(carries_unchanged, E.lit(False))
+    )
 
 
 def _flags_removed(parsed: DataFrame, before: Expr, after: Expr) -> DataFrame:

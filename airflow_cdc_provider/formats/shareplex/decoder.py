@@ -211,70 +211,11 @@ class ShareplexJsonDecoder(Decoder):
 
     @staticmethod
     def _events(paired: DataFrame) -> DataFrame:
-        op, data, key = E.col("op"), E.col("data"), E.col("key")
-        has_data, has_key = E.col("has_data"), E.col("has_key")
-        bad = E.col("bad")
-        kind, reason = classify(
-            (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
-            (
-                images_not_objects(bad, E.col("text"), "$.data", "$.key"),
-                KIND_QUARANTINED,
-                Q_IMAGE_NOT_OBJECT,
-            ),
-            (bad.isNotNull(), KIND_QUARANTINED, bad),
-            (E.col("op_text").isNull() | (E.trim("op_text") == ""), KIND_QUARANTINED, Q_MISSING_OP),
-            (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
-            (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
-            (E.col("time_text").isNotNull() & E.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
-            (op == _DROP_COLUMN, KIND_IGNORED, IGNORED_DDL),
-            (op == _BEFORE, KIND_IGNORED, IGNORED_UPDATE_BEFORE),
-            (op.isin(OP_INSERT, OP_UPDATE, _AFTER) & ~has_data, KIND_QUARANTINED, Q_MISSING_IMAGE),
-            (
-                (op == OP_DELETE) & ~has_data & ~has_key & E.col("rowid").isNull(),
-                KIND_QUARANTINED,
-                Q_KEY_UNKNOWN,
-            ),
-        )
-
-        # rowid goes last: the table's own columns keep their order before it. Each overlay reads
-        # columns of an earlier select, so no image expression is copied into the next.
-        staged = paired.select(
-            "*",
-            *E.columns(
-                E.coalesce(key, empty_image()).alias("_key_image"),
-                E.coalesce(data, empty_image()).alias("_data_image"),
-            ),
-        )
-        key_image, data_image, rowid_image = E.col("_key_image"), E.col("_data_image"), E.col("rowid_image")
-        old_values = E.coalesce(E.col("paired_before"), empty_image())
-        # What the record says the row was.
-        staged = staged.select("*", overlay(old_values, key_image).alias("_identified").column())
-        identified = E.col("_identified")
-        staged = staged.select(
-            "*",
-            *E.columns(
-                E.when(op == OP_DELETE, overlay(key_image, data_image)).alias("_deleted"),
-                E.when(op.isin(OP_INSERT, OP_UPDATE, _AFTER), overlay(identified, data_image)).alias(
-                    "_written"
-                ),
-            ),
-        )
-        before = (
-            E.when(op == OP_DELETE, overlay(E.col("_deleted"), rowid_image))
-            .when(
-                op.isin(OP_UPDATE, _AFTER) & (E.size(identified) + E.size(rowid_image) > 0),
-                overlay(identified, rowid_image),
-            )
-            # DROP COLUMN: the columns it removes, with no values.
-            .when(
-                op == _DROP_COLUMN,
-                E.transform_values(
-                    E.when(has_data, data_image).otherwise(key_image),
-                    lambda k, v: E.null("variant"),
-                ),
-            )
-        )
-        after = E.when(op.isin(OP_INSERT, OP_UPDATE, _AFTER), overlay(E.col("_written"), rowid_image))
+        """The canonical event of each record: its kind (``_classified``), its images put together
+        from ``key``, ``data``, the paired before values and ``rowid`` (``_image_parts``)."""
+        op = E.col("op")
+        kind, reason = _classified()
+        staged = _image_parts(paired)
         is_change = kind == KIND_CHANGE
         canonical_op = E.when(op.isin(_AFTER), E.lit(OP_UPDATE)).otherwise(op)
         return staged.select(
@@ -288,9 +229,95 @@ class ShareplexJsonDecoder(Decoder):
                 sub_pos=E.lit(0),
                 tx_id=E.col("trans"),
                 tx_end=E.col("tx_end"),
-                before=E.when(is_change | ((kind == KIND_IGNORED) & (op == _DROP_COLUMN)), before),
-                after=E.when(is_change, after),
+                before=E.when(is_change | ((kind == KIND_IGNORED) & (op == _DROP_COLUMN)), _before_image()),
+                after=E.when(is_change, _after_image()),
                 partial=E.when(is_change, op.isin(OP_UPDATE, _AFTER)),
                 raw=E.col("text"),
             )
         )
+
+
+def _classified() -> tuple[Expr, Expr]:
+    """``(kind, reason)`` of a record of ``_records``: a row change, an ignored record (tombstone,
+    DDL, the BEFORE half of an update pair) or a quarantined one, the first rule that holds deciding."""
+    op, bad = E.col("op"), E.col("bad")
+    has_data, has_key = E.col("has_data"), E.col("has_key")
+    return classify(
+        (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
+        (
+            images_not_objects(bad, E.col("text"), "$.data", "$.key"),
+            KIND_QUARANTINED,
+            Q_IMAGE_NOT_OBJECT,
+        ),
+        (bad.isNotNull(), KIND_QUARANTINED, bad),
+        (E.col("op_text").isNull() | (E.trim("op_text") == ""), KIND_QUARANTINED, Q_MISSING_OP),
+        (op.isNull(), KIND_QUARANTINED, Q_UNKNOWN_OP),
+        (E.col("table").isNull(), KIND_QUARANTINED, Q_MISSING_TABLE),
+        (E.col("time_text").isNotNull() & E.col("event_ms").isNull(), KIND_QUARANTINED, Q_TYPE_MISMATCH),
+        (op == _DROP_COLUMN, KIND_IGNORED, IGNORED_DDL),
+        (op == _BEFORE, KIND_IGNORED, IGNORED_UPDATE_BEFORE),
+        (op.isin(OP_INSERT, OP_UPDATE, _AFTER) & ~has_data, KIND_QUARANTINED, Q_MISSING_IMAGE),
+        (
+            (op == OP_DELETE) & ~has_data & ~has_key & E.col("rowid").isNull(),
+            KIND_QUARANTINED,
+            Q_KEY_UNKNOWN,
+        ),
+    )
+
+
+def _image_parts(paired: DataFrame) -> DataFrame:
+    """``paired`` with the parts the images are made of: ``key`` and ``data`` (``_key_image``,
+    ``_data_image``, empty when absent), what the record says the row was (``_identified``: the
+    paired BEFORE values overlaid with ``key``), a delete's row (``_deleted``) and the row an
+    insert or update writes (``_written``).
+
+    Each overlay reads columns of an earlier select, so no image expression is copied into the next.
+    """
+    op = E.col("op")
+    staged = paired.select(
+        "*",
+        *E.columns(
+            E.coalesce(E.col("key"), empty_image()).alias("_key_image"),
+            E.coalesce(E.col("data"), empty_image()).alias("_data_image"),
+        ),
+    )
+    key_image, data_image = E.col("_key_image"), E.col("_data_image")
+    old_values = E.coalesce(E.col("paired_before"), empty_image())
+    staged = staged.select("*", overlay(old_values, key_image).alias("_identified").column())
+    return staged.select(
+        "*",
+        *E.columns(
+            E.when(op == OP_DELETE, overlay(key_image, data_image)).alias("_deleted"),
+            E.when(op.isin(OP_INSERT, OP_UPDATE, _AFTER), overlay(E.col("_identified"), data_image)).alias(
+                "_written"
+            ),
+        ),
+    )
+
+
+def _before_image() -> Expr:
+    """The before image, from ``_image_parts``: a delete's row, the row an update identifies, or
+    the columns a DROP COLUMN removes (with no values). ``rowid`` goes last: the table's own
+    columns keep their order before it."""
+    op, rowid_image, identified = E.col("op"), E.col("rowid_image"), E.col("_identified")
+    return (
+        E.when(op == OP_DELETE, overlay(E.col("_deleted"), rowid_image))
+        .when(
+            op.isin(OP_UPDATE, _AFTER) & (E.size(identified) + E.size(rowid_image) > 0),
+            overlay(identified, rowid_image),
+        )
+        # DROP COLUMN: the columns it removes, with no values.
+        .when(
+            op == _DROP_COLUMN,
+            E.transform_values(
+                E.when(E.col("has_data"), E.col("_data_image")).otherwise(E.col("_key_image")),
+                lambda k, v: E.null("variant"),
+            ),
+        )
+    )
+
+
+def _after_image() -> Expr:
+    """The after image of an insert or update: the row it writes, ``rowid`` last."""
+    op = E.col("op")
+    return E.when(op.isin(OP_INSERT, OP_UPDATE, _AFTER), overlay(E.col("_written"), E.col("rowid_image")))

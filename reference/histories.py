@@ -7,11 +7,11 @@ be quarantined (not JSON, a JSON array or scalar, bytes that are not UTF-8, a tr
 a record of another format, a record whose key is null), Kafka tombstones, blank lines, exact
 re-deliveries, a BOM, CRLF line ends, gzip files, a gzip file cut short and an empty file.
 
-``Expected`` is computed from the history alone by the rules of DESIGN.md section 4 (a plain
-Python fold), so a test can compare the engine's rows and every count with it.
+``Expected`` is computed from the history alone with the reference fold (``reference.fold``, the
+rules of docs/design.md), so a test can compare the engine's rows and every count with it.
 
-The per-format message builders are the ones the format tests use (tests/formats): one way to
-write each format in the test suite.
+The per-format message builders are ``reference.records``, the ones the format tests use: one way
+to write each format. The benchmarks' generator writes its landings with the same encoders.
 """
 
 from __future__ import annotations
@@ -27,22 +27,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tests.formats.test_aws_dms import record as dms_record
-from tests.formats.test_canal import msg as canal_msg
-from tests.formats.test_cdl import change as cdl_change
-from tests.formats.test_datahub_blob import message as blob_message
-from tests.formats.test_debezium_avro import container, envelope, envelope_schema
-from tests.formats.test_debezium_mongodb import value as mongo_value
-from tests.formats.test_dts_avro import chars, integer
-from tests.formats.test_dts_avro import message as avro_message
-from tests.formats.test_dts_avro import record as dts_record
-from tests.formats.test_maxwell import rec as maxwell_rec
-from tests.formats.test_ogg import rec as ogg_rec
-from tests.formats.test_qlik import dt_msg, md
-from tests.formats.test_shareplex import rec as shareplex_rec
+from reference import fold
+from reference.fold import DELETE, INSERT, UPDATE
+from reference.records.aws_dms import record as dms_record
+from reference.records.canal import msg as canal_msg
+from reference.records.cdl import change as cdl_change
+from reference.records.datahub_blob import message as blob_message
+from reference.records.debezium_avro import container, envelope, envelope_schema
+from reference.records.debezium_mongodb import value as mongo_value
+from reference.records.dts_avro import chars, integer
+from reference.records.dts_avro import message as avro_message
+from reference.records.dts_avro import record as dts_record
+from reference.records.maxwell import rec as maxwell_rec
+from reference.records.ogg import rec as ogg_rec
+from reference.records.qlik import dt_msg, md
+from reference.records.shareplex import rec as shareplex_rec
 
 T0 = 1_725_271_200_000  # 2024-09-02T10:00:00Z: every event time is T0 + position seconds
-INSERT, UPDATE, DELETE = "insert", "update", "delete"
 
 # Faults mixed into every landing; README "Reliability" quotes this list.
 FAULT_KINDS = (
@@ -467,7 +468,7 @@ def random_history(rng: random.Random, keys: int = 4) -> list[Change]:
 
 @dataclass
 class Expected:
-    """What the engine must report for one history, by the rules of DESIGN.md section 4.
+    """What the engine must report for one history, by the rules of docs/design.md ("Replay semantics").
 
     The part of the damaged gzip file Spark can still read is not known in advance: those lines
     are re-deliveries, each adding one to ``read`` and ``duplicates`` (tests solve for it).
@@ -522,27 +523,17 @@ class Expected:
 def fold_history(
     encoder: Encoder, changes: list[Change], as_of_ms: int
 ) -> tuple[list[dict[str, Any]], Counter]:
-    """Final rows and per-table counts: apply changes up to AS OF in position order."""
-    state: dict[int, dict[str, Any]] = {}
-    counts: Counter = Counter()
-    for c in sorted(changes, key=lambda c: c.position):
-        if c.ms > as_of_ms:
-            continue
-        if c.op == INSERT:
-            counts["inserts"] += 1
-        elif c.op == UPDATE:
-            counts["updates"] += 1
-            counts["updates_of_unknown_key"] += c.key not in state
-        elif c.key in state:
-            counts["deletes"] += 1
-        else:
-            counts["deletes_of_unknown_key"] += 1
-        if c.op == DELETE:
-            state.pop(c.key, None)
-        else:
-            state[c.key] = encoder.row(c.key, c.name, c.qty)
-    rows = sorted(state.values(), key=lambda r: json.dumps(r, sort_keys=True))
-    return rows, counts
+    """Final rows and counts of the history's table: the reference fold of ``changes`` as of ``as_of_ms``.
+
+    A change carries the whole row after it (a partial one too), so every image is full.
+    """
+    events = []
+    for c in changes:
+        row = encoder.row(c.key, c.name, c.qty)
+        image = {"before": row} if c.op == DELETE else {"after": row}
+        events.append(fold.Event(c.op, c.ms, order=(c.position,), **image))
+    folded = fold.fold(events, as_of_ms, key=encoder.columns[:1])
+    return folded.rows(), folded.counts.get("", Counter())
 
 
 def before_images(changes: list[Change]) -> list[dict | None]:

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import CONFORMANCE, assert_events_add_up
 
+pytestmark = pytest.mark.corpus
+
 FLINK = CONFORMANCE / "flink"
 PAIMON_DBZ = CONFORMANCE / "paimon" / "debezium" / "table" / "schema" / "schemaevolution"
 

@@ -1,4 +1,10 @@
-"""Input planning: which landed files a run reads, decoded once, and how its shuffles are sized.
+"""Read: which landed files a run reads, and how they are decoded into keyed canonical events.
+
+Takes a ``SnapshotSpec``; gives an ``Input`` (the decoded events, lazy or kept, the files behind
+them, the base it starts from) and the run's decode step (``decode_function``: the format's decoder,
+``keys.with_keys`` and, under ``--whole-transactions``, ``transactions.with_transaction_times``).
+Damaged files are read as far as they go (``spark.reader.checkpoint_salvaging``); what only shows
+after the fold is mended in ``salvage``.
 
 A full run lists, prunes (time partitions after AS OF + lateness) and decodes every file. With
 ``--base`` only the files the base did not cover are decoded, unless this run's events could not
@@ -8,17 +14,21 @@ be folded onto the base; the ``incremental`` block of the metrics says which hap
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc_provider.contract.as_of import format_as_of
 from airflow_cdc_provider.contract.unavailable import placeholders
+from airflow_cdc_provider.formats import get_decoder
 from airflow_cdc_provider.formats.events import (
     CANONICAL_EVENT_SCHEMA,
+    IGNORED_TABLE_FILTER,
     KIND_CHANGE,
     KIND_IGNORED,
+    table_matches,
 )
 from airflow_cdc_provider.replay.base_state import (
     IGNORED_IN_BASE,
@@ -28,8 +38,10 @@ from airflow_cdc_provider.replay.base_state import (
     read_base_state,
     scan_new_events,
 )
-from airflow_cdc_provider.replay.fold import KeyConfig, with_keys
+from airflow_cdc_provider.replay.keys import KeyConfig, with_keys
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.replay.transactions import with_transaction_times
+from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.reader import (
     LandedFile,
     checkpoint_salvaging,
@@ -40,6 +52,9 @@ log = logging.getLogger(__name__)
 
 SKIPPED_PARTITION = "partition starts after AS OF + lateness"
 SKIPPED_IN_BASE = "already applied by the base"
+
+# The decode step of a run (``decode_function``): landed files (and context files) to keyed events.
+Decode = Callable[..., DataFrame]
 
 
 @dataclass
@@ -102,7 +117,7 @@ def decode_json(spec: SnapshotSpec) -> dict:
     return settings
 
 
-def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: bool) -> Input:
+def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_images: bool) -> Input:
     """List, prune and decode the landed files; with ``--base``, only those the base did not cover.
 
     A rebuild that writes no state decodes in the fold's build (``kept`` false, ``events`` None):
@@ -159,12 +174,14 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode, partial_images: 
 def read_all(
     spark: SparkSession,
     spec: SnapshotSpec,
-    decode,
+    decode: Decode,
     listed: list[LandedFile],
     skipped: dict[str, list[LandedFile]],
     state: BaseState | None,
     why_full: str | None,
 ) -> Input:
+    """Every file of ``listed`` decoded and kept: a full rebuild (``why_full``: why a ``--base`` run
+    could not start from its base ``state``)."""
     if why_full is not None:
         log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
     events, files = checkpoint_salvaging(spark, listed, decode)
@@ -187,31 +204,30 @@ def _no_events(spark: SparkSession, keys: KeyConfig) -> DataFrame:
     return with_keys(spark.createDataFrame([], CANONICAL_EVENT_SCHEMA), keys)
 
 
-_INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
-_MAX_SHUFFLE_PARTITIONS = 4000
+def decode_function(spark: SparkSession, spec: SnapshotSpec) -> Decode:
+    """The run's decode step: landed files (and context files) to keyed canonical events."""
+    decoder = get_decoder(spec.source_format)
+
+    def decode(landed: list[LandedFile], context: Sequence[LandedFile] = ()) -> DataFrame:
+        options = replace(spec.decode_options, context_files=tuple(context))
+        events = with_keys(decoder.decode(spark, landed, options), spec.keys)
+        return with_transaction_times(events) if spec.whole_transactions else events
+
+    return decode
 
 
-def shuffle_partitions(input_bytes: int, cores: int) -> int:
-    """One shuffle partition per 64 MiB of landed input, at least one per core, at most 4000."""
-    wanted = -(-input_bytes // _INPUT_BYTES_PER_SHUFFLE_PARTITION)
-    return max(cores, min(wanted, _MAX_SHUFFLE_PARTITIONS))
-
-
-# Input tasks per core: two waves of reads even out files of unequal size (with one task per core
-# the slowest file decides; with 3 tasks on 2 cores one core idles for a third of the scan).
-_READ_TASKS_PER_CORE = 2
-
-
-def size_shuffles(spark: SparkSession, files: list[LandedFile]) -> None:
-    """Shuffle partitions sized to the input, not Spark's fixed 200, and at least two read tasks per core.
-
-    Settings the user chose (``spark.sql.shuffle.partitions``, ``spark.sql.files.minPartitionNum``)
-    are kept. 1M Debezium events in 8 files: 3 read tasks on 2 cores took 20.7 s, 4 tasks 16.7 s.
-    """
-    conf = spark.sparkContext._jsc.getConf()  # the JVM's copy: one call, not one per setting
-    cores = spark.sparkContext.defaultParallelism
-    if not conf.contains("spark.sql.shuffle.partitions"):
-        count = shuffle_partitions(sum(f.size for f in files), cores)
-        spark.conf.set("spark.sql.shuffle.partitions", str(count))
-    if not conf.contains("spark.sql.files.minPartitionNum"):
-        spark.conf.set("spark.sql.files.minPartitionNum", str(_READ_TASKS_PER_CORE * cores))
+def ignoring_unselected_tables(events: DataFrame, tables: tuple[str, ...]) -> DataFrame:
+    """``events`` with the row changes and ignored records of tables ``--table`` did not select
+    ignored as ``IGNORED_TABLE_FILTER`` (no ``--table``: all selected)."""
+    if not tables:
+        return events
+    t = F.col("table")
+    selected = table_matches(E.col("table"), tables).column()
+    drop = (F.col("kind") == KIND_CHANGE) | (F.col("kind") == KIND_IGNORED)
+    drop = drop & t.isNotNull() & ~selected
+    return events.withColumns(
+        {
+            "reason": F.when(drop, F.lit(IGNORED_TABLE_FILTER)).otherwise(F.col("reason")),
+            "kind": F.when(drop, F.lit(KIND_IGNORED)).otherwise(F.col("kind")),
+        }
+    )

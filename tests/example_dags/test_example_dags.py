@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pendulum
+import pytest
 
 from tests import airflow_env
 from tests.sample_expectations import EXPECTED, assert_metrics_match, row_counts
@@ -58,6 +59,7 @@ def test_example_dags_parse_without_errors_lookups_or_queries(airflow_db, monkey
     assert statements == []
 
 
+@pytest.mark.slow
 def test_daily_dag_waits_in_the_triggerer_then_rebuilds_its_day(airflow_db, tmp_path, caplog):
     # The run at 2024-09-03T00:00Z rebuilds the day 2024-09-02, as of its end.
     dag_run = example_dag("cdc_daily_snapshot").test(
@@ -94,6 +96,7 @@ def test_daily_dag_waits_in_the_triggerer_then_rebuilds_its_day(airflow_db, tmp_
     }
 
 
+@pytest.mark.slow
 def test_backfill_dag_rebuilds_every_day_of_its_range_in_one_task(airflow_db, tmp_path):
     dag_run = example_dag("cdc_backfill_snapshots").test(run_conf={"snapshot_root": str(tmp_path)})
 
@@ -132,6 +135,7 @@ def test_backfill_dag_rebuilds_every_day_of_its_range_in_one_task(airflow_db, tm
     ]
 
 
+@pytest.mark.slow
 def test_point_in_time_dag_rebuilds_the_table_and_instant_from_its_params(airflow_db, tmp_path):
     output = tmp_path / "snapshot"
     dag_run = example_dag("cdc_point_in_time_snapshot").test(

@@ -18,9 +18,8 @@ from decimal import Decimal, InvalidOperation
 import pytest
 from pyspark.sql import functions as F
 
-from tests.conftest import SHARED, assert_events_add_up
+from tests.conftest import REALWORLD, assert_events_add_up, corpus_parametrize
 
-REALWORLD = SHARED / "realworld"
 CASES = sorted(REALWORLD.glob("*/*.expected.json"))
 _TRUE = ("1", "true", "t", "y", "yes")
 _FALSE = ("0", "false", "f", "n", "no")
@@ -176,7 +175,8 @@ def _table_of(metrics: dict, name: str) -> str:
     return found[0]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[p.name.removesuffix(".expected.json") for p in CASES])
+@pytest.mark.corpus
+@corpus_parametrize("case", CASES, ids=lambda p: p.name.removesuffix(".expected.json"))
 def test_realworld_case_rebuilds_exactly(replay, spark, case):
     expected = json.loads(case.read_text(encoding="utf-8"))
     key = expected["key_arg"].split(",") if expected["key_arg"] else ()
@@ -261,5 +261,6 @@ def test_matches_rejects_different_values(expected, actual):
     assert not matches(expected, actual)
 
 
+@pytest.mark.corpus
 def test_the_corpus_has_its_seventeen_cases():
     assert len(CASES) == 17

@@ -18,7 +18,9 @@ import pytest
 
 from airflow_cdc_provider.contract.args import FORMAT_NAMES
 
-REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE_AS_OF = "2024-09-02T09:00:00+00:00"
 
 
