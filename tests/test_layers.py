@@ -204,3 +204,29 @@ def test_decoder_families_import_only_their_own_and_the_shared_modules(module):
         assert all(_family(m) is None for m in formats), (
             f"shared {module} imports a family: {sorted(formats)}"
         )
+
+
+# The house's sizes: a function a reader can hold at once, replay stages small enough to read whole.
+MAX_FUNCTION_LINES = 60
+MAX_REPLAY_MODULE_LINES = 400
+
+
+def test_no_function_runs_over_the_house_limit():
+    long = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {lines} lines")
+    assert long == [], f"functions over {MAX_FUNCTION_LINES} lines; split them into named steps: {long}"
+
+
+def test_no_replay_module_runs_over_the_house_limit():
+    long = {
+        module: lines
+        for module, path in MODULES.items()
+        if _layer(module) == "replay"
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_REPLAY_MODULE_LINES
+    }
+    assert long == {}, f"replay modules over {MAX_REPLAY_MODULE_LINES} lines; one stage per module: {long}"
