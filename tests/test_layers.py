@@ -32,7 +32,8 @@ ALLOWED = {
     # The sensor reads landed records without Spark; it may use a format's Spark-free pieces
     # (the DTS Avro record schema), which the transitive check below keeps free of PySpark.
     "landing": {"contract", "landing", "formats"},
-    "hooks": {"contract", "hooks"},
+    # The Spark Connect hook runs the job in the task's own process (jobs.connect_run).
+    "hooks": {"contract", "hooks", "jobs"},
     "operators": {"contract", "hooks", "operators"},
     "triggers": {"contract", "landing", "triggers"},
     "sensors": {"contract", "landing", "triggers", "sensors"},

@@ -433,9 +433,7 @@ def add_snapshot_arguments(
     _add_instant_arguments(parser, history=history)
     _add_table_arguments(parser)
     if with_master:
-        parser.add_argument(
-            "--master", default=DEFAULT_MASTER, help=f"Spark master (default {DEFAULT_MASTER})"
-        )
+        _add_session_arguments(parser)
     _add_error_arguments(parser)
     _add_value_arguments(parser)
     _add_partition_arguments(parser)
@@ -450,6 +448,29 @@ def add_snapshot_arguments(
     parser.add_argument(
         "--error-file", help=argparse.SUPPRESS
     )  # the operator reads the job's own error from here
+
+
+def remote_url(master: str | None, remote: str | None) -> str | None:
+    """The Spark Connect URL a command line asks for: ``--remote``, else ``SPARK_REMOTE`` unless
+    ``--master`` was given (an explicit master wins over the environment)."""
+    if remote:
+        return remote
+    return None if master else (os.environ.get("SPARK_REMOTE") or None)
+
+
+def _add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the job's Spark runs: an embedded master, or a Spark Connect server (not under spark-submit)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--master",
+        help=f"Spark master of an embedded driver (default {DEFAULT_MASTER}, unless SPARK_REMOTE is set)",
+    )
+    where.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT/;token=...",
+        help="run the whole job through a Spark Connect server (default: the SPARK_REMOTE environment "
+        "variable, as PySpark reads it); the files are listed and the output swapped from this process",
+    )
 
 
 def _add_input_arguments(parser: argparse.ArgumentParser) -> None:

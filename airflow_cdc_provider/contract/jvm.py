@@ -36,6 +36,8 @@ QUICK_START_MAX_BYTES = 64 * 1024 * 1024
 # Where archives live unless CDC_REPLAY_CACHE_DIR says otherwise.
 CACHE_DIR_ENV = "CDC_REPLAY_CACHE_DIR"
 JAVA_OPTIONS_CONF = "spark.driver.extraJavaOptions"
+# A driver's log4j2 profile: Spark's default one at WARN, without its start-up warnings.
+QUIET_LOG4J2 = Path(__file__).resolve().parents[1] / "spark" / "log4j2.properties"
 
 
 def java_binary() -> Path | None:
@@ -148,6 +150,11 @@ def java_options(*, small_input: bool) -> list[str]:
     if small_input:
         options.append("-XX:TieredStopAtLevel=1")
     return options
+
+
+def log4j_java_option() -> str:
+    """The JVM option that gives a driver the package's log4j2 profile (``QUIET_LOG4J2``)."""
+    return f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}"
 
 
 def merged_java_options(options: Iterable[str], given: str | None) -> str:

@@ -65,6 +65,9 @@ class Decoder(ABC):
     table_from_filter: ClassVar[bool] = False
     # Whether records carry a transaction id (``tx_id``): ``--whole-transactions`` needs it.
     transaction_ids: ClassVar[bool] = False
+    # Python modules the decoder runs in Spark's Python workers (Avro without the spark-avro jar);
+    # empty for decoders that stay in the JVM. Over Spark Connect the server's Python must have them.
+    worker_modules: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:

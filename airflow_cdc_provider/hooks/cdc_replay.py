@@ -21,12 +21,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from airflow_cdc_provider.contract import jvm
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.contract.checks import CdcJobArgumentError
 from airflow_cdc_provider.contract.metrics import METRICS_FILE
+from airflow_cdc_provider.contract.package_zip import package_zip
 from airflow_cdc_provider.contract.paths import is_local_path, local_path
 
 # Spark property naming each submission, so on_kill finds its processes among this one's.
@@ -36,6 +37,10 @@ LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of spark/sessio
 # Levels Spark's spark.log.level accepts (log4j's).
 LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 DEFAULT_DRIVER_LOG_LEVEL = "WARN"
+# Connection extra that turns off shipping this package to a cluster (``"ship-package": false``).
+SHIP_PACKAGE_EXTRA = "ship-package"
+PY_FILES_CONF = "spark.submit.pyFiles"
+DEPLOY_MODE_CONF = "spark.submit.deployMode"
 
 
 def _descendants_of_submission(token: str) -> list[Any]:
@@ -84,6 +89,35 @@ class CdcReplayJobError(AirflowException):
     """The snapshot job ran and failed; the message is the job's own error."""
 
 
+class UnsupportedDeployModeError(AirflowFailException):
+    """The connection asks for a deploy mode Spark refuses for this (Python) job; retrying cannot help."""
+
+
+def standalone_cluster_mode_message(conn_id: str, master: str) -> str:
+    """Why a standalone master in cluster deploy mode is refused before submitting, and what works."""
+    return (
+        f"Spark connection {conn_id!r} submits to the standalone master {master} in cluster deploy "
+        f"mode. Standalone clusters do not run Python applications in cluster deploy mode: spark-submit "
+        f'refuses them ("Cluster deploy mode is currently not supported for python applications on '
+        f'standalone clusters"), and the cdc-replay job is one. Use client deploy mode on a standalone '
+        f'cluster (drop "deploy-mode": "cluster" from the connection\'s extra and {DEPLOY_MODE_CONF} from '
+        f"spark_conf; the driver then runs on the Airflow worker), or cluster deploy mode on YARN or "
+        f"Kubernetes."
+    )
+
+
+def _flag(value: Any, what: str) -> bool:
+    """A boolean from a connection extra, which may hold JSON ``true``/``false`` or a string."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise CdcJobArgumentError(f"{what} must be true or false, got {value!r}")
+
+
 def application_path() -> str:
     """Local path of the spark-submit application file shipped with this package (``jobs/spark_app.py``).
 
@@ -108,6 +142,17 @@ class SparkTarget:
 
     master: str
     deploy_mode: str | None = None
+    ship_package: bool = True  # the connection's "ship-package" extra
+
+    @property
+    def is_local_master(self) -> bool:
+        """``local``, ``local[N]``, ``local[*]``...: driver and executors are this process's machine."""
+        return self.master.startswith("local")
+
+    @property
+    def is_standalone(self) -> bool:
+        """A Spark standalone master (``spark://HOST:PORT``, several hosts for high availability)."""
+        return self.master.startswith("spark://")
 
     @property
     def driver_is_local(self) -> bool:
@@ -117,9 +162,17 @@ class SparkTarget:
     @property
     def is_loopback(self) -> bool:
         """A local[...] master, or a cluster master listening on this machine's loopback."""
-        if self.master.startswith("local"):
+        if self.is_local_master:
             return True
         return (urlsplit(self.master).hostname or "") in _LOOPBACK_HOSTS
+
+
+def connection_type(conn_id: str) -> str | None:
+    """The type of Airflow connection ``conn_id`` (``spark``, ``spark_connect``...); None when undefined."""
+    try:
+        return BaseHook.get_connection(conn_id).conn_type
+    except AirflowNotFoundException:
+        return None
 
 
 def spark_target_from_connection(conn: Any) -> SparkTarget:
@@ -131,7 +184,12 @@ def spark_target_from_connection(conn: Any) -> SparkTarget:
         master = f"{conn.conn_type}://{host}"
     if conn.port:
         master = f"{master}:{conn.port}"
-    return SparkTarget(master=master, deploy_mode=(conn.extra_dejson or {}).get("deploy-mode"))
+    extra = conn.extra_dejson or {}
+    return SparkTarget(
+        master=master,
+        deploy_mode=extra.get("deploy-mode"),
+        ship_package=_flag(extra.get(SHIP_PACKAGE_EXTRA, True), f"the {SHIP_PACKAGE_EXTRA!r} extra"),
+    )
 
 
 class CdcReplayHook(BaseHook):
@@ -144,6 +202,11 @@ class CdcReplayHook(BaseHook):
     :param driver_log_level: the driver's Spark log level (``spark.log.level``): spark-submit's
         output is the task log, and at Spark's default INFO it is mostly Spark's own start-up
         chatter. ``None`` leaves Spark's default.
+    :param ship_package: for a master that is not ``local[...]``, send a zip of this installed
+        package with the submission (``--py-files``), so executors (and a cluster-mode driver)
+        whose Python lacks it can run the job. ``None`` (default): the connection's
+        ``ship-package`` extra decides, and without it the package is shipped. Never added when
+        ``spark_conf`` sets ``spark.submit.pyFiles``: the user's own files are kept as they are.
     """
 
     conn_name_attr = "conn_id"
@@ -157,17 +220,25 @@ class CdcReplayHook(BaseHook):
         spark_conf: Mapping[str, Any] | None = None,
         name: str = "cdc-replay",
         driver_log_level: str | None = DEFAULT_DRIVER_LOG_LEVEL,
+        ship_package: bool | None = None,
     ) -> None:
         super().__init__()
         self.conn_id = conn_id
         self.spark_conf = dict(spark_conf or {})
         self.name = name
         self.driver_log_level = normalise_log_level(driver_log_level)
+        self.ship_package = ship_package
         self._submit_hook: Any = None
         self._submission_token: str | None = None
 
     def spark_target(self) -> SparkTarget:
-        """The Spark target; fails clearly instead of letting spark-submit default to YARN."""
+        """The Spark target; fails clearly instead of letting spark-submit default to YARN.
+
+        The deploy mode is the connection's, else ``spark.submit.deployMode`` from ``spark_conf``
+        (spark-submit's own order). A standalone master in cluster deploy mode is refused here,
+        before anything is submitted: Spark would refuse it anyway, with a message that does not
+        say what to do instead.
+        """
         try:
             conn = self.get_connection(self.conn_id)
         except AirflowNotFoundException:
@@ -177,7 +248,12 @@ class CdcReplayHook(BaseHook):
                 f'AIRFLOW_CONN_{self.conn_id.upper()}=\'{{"conn_type":"spark","host":"local[*]"}}\' '
                 f"for local mode, or host spark://HOST:7077 / yarn / k8s://... for a cluster."
             ) from None
-        return spark_target_from_connection(conn)
+        target = spark_target_from_connection(conn)
+        if target.deploy_mode is None and DEPLOY_MODE_CONF in self.spark_conf:
+            target = replace(target, deploy_mode=str(self.spark_conf[DEPLOY_MODE_CONF]))
+        if target.is_standalone and target.deploy_mode == "cluster":
+            raise UnsupportedDeployModeError(standalone_cluster_mode_message(self.conn_id, target.master))
+        return target
 
     def submit_conf(self, target: SparkTarget, java_options: Sequence[str] = ()) -> dict[str, str]:
         """Spark properties for the submission: the user's, plus defaults for this machine's masters.
@@ -192,22 +268,53 @@ class CdcReplayHook(BaseHook):
             # This machine's host name may not resolve to its loopback address.
             conf.setdefault("spark.driver.host", "127.0.0.1")
             conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
-        if target.master.startswith("local"):
+        driver_options = []
+        if target.driver_is_local:
+            # The driver's output is the task log: the package's log4j profile keeps Spark's
+            # start-up warnings out of it (a log4j2.configurationFile in spark_conf comes later and wins).
+            driver_options.append(jvm.log4j_java_option())
+        if target.is_local_master:
             # In local mode the driver JVM does all the work; spark-submit starts it before the job
             # can configure anything, so the job's own local default (spark/session.py) goes here.
             conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
-            merged = jvm.merged_java_options(java_options, conf.get(jvm.JAVA_OPTIONS_CONF))
-            if merged:
-                conf[jvm.JAVA_OPTIONS_CONF] = merged
-        elif target.is_loopback:
+            driver_options.extend(java_options)
+        merged = jvm.merged_java_options(driver_options, conf.get(jvm.JAVA_OPTIONS_CONF))
+        if merged:
+            conf[jvm.JAVA_OPTIONS_CONF] = merged
+        if not target.is_local_master and target.is_loopback:
             # A cluster on this machine runs its executors here too: give their Python workers this
             # interpreter, which has the package and its dependencies.
             conf.setdefault("spark.pyspark.python", sys.executable)
-        if target.master.startswith("spark://") and not target.driver_is_local:
-            # Standalone cluster mode: spark-submit returns as soon as the driver is accepted unless
-            # told to wait, and the metrics are read right after it returns.
-            conf.setdefault("spark.standalone.submit.waitAppCompletion", "true")
         return conf
+
+    def package_py_files(self, target: SparkTarget) -> str | None:
+        """The zip of this package for ``--py-files``, or None when it is not to be shipped.
+
+        A ``local[...]`` master runs everything in this machine's Python, which has the package.
+        Elsewhere the executors' Python (and the driver's, in cluster deploy mode) may not, so the
+        package goes with the submission unless shipping is off or the user passes their own
+        ``spark.submit.pyFiles`` (theirs are kept: ``--py-files`` would replace them).
+        """
+        if target.is_local_master:
+            return None
+        if not (self.ship_package if self.ship_package is not None else target.ship_package):
+            self.log.info(
+                "Not shipping airflow_cdc_provider to %s (shipping is off): the cluster's Python must "
+                "have it installed.",
+                target.master,
+            )
+            return None
+        if PY_FILES_CONF in self.spark_conf:
+            self.log.info(
+                "spark_conf sets %s=%s: keeping it, and not adding this package's zip; those files "
+                "(or the cluster's Python) must provide airflow_cdc_provider.",
+                PY_FILES_CONF,
+                self.spark_conf[PY_FILES_CONF],
+            )
+            return None
+        zipped = str(package_zip())
+        self.log.info("Shipping airflow_cdc_provider to %s with --py-files %s", target.master, zipped)
+        return zipped
 
     @staticmethod
     def submit_env(target: SparkTarget) -> dict[str, str]:
@@ -235,13 +342,14 @@ class CdcReplayHook(BaseHook):
         target = self.spark_target()
         error_file = self._new_error_file() if target.driver_is_local else None
         self._submission_token = f"cdc-replay-{uuid.uuid4().hex}"
-        java_options = jvm.java_options_for(request) if target.master.startswith("local") else []
+        java_options = jvm.java_options_for(request) if target.is_local_master else []
         conf = {**self.submit_conf(target, java_options), SUBMISSION_TOKEN_CONF: self._submission_token}
         try:
             self._submit_hook = SparkSubmitHook(
                 conf=conf,
                 conn_id=self.conn_id,
                 name=self.name,
+                py_files=self.package_py_files(target),
                 application_args=replace(request, error_file=error_file).to_argv(),
             )
             try:

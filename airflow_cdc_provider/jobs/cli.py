@@ -13,9 +13,13 @@ import logging
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from airflow_cdc_provider.contract.args import SnapshotArgs, add_snapshot_arguments
+from airflow_cdc_provider.contract.args import SnapshotArgs, add_snapshot_arguments, remote_url
 from airflow_cdc_provider.formats import format_names, get_decoder
+
+if TYPE_CHECKING:
+    from airflow_cdc_provider.spark.progress import Reporter
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -25,16 +29,32 @@ def build_parser(*, with_master: bool = True) -> argparse.ArgumentParser:
         prog="cdc-replay", description="Rebuild table snapshots as of any time from landed CDC files."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    add_snapshot_arguments(
-        sub.add_parser("snapshot", help="rebuild snapshots as of a time"), with_master=with_master
-    )
-    add_snapshot_arguments(
-        sub.add_parser("history", help="write every version of every row up to a time (SCD type 2)"),
-        with_master=with_master,
-        history=True,
-    )
+    snapshot = sub.add_parser("snapshot", help="rebuild snapshots as of a time")
+    add_snapshot_arguments(snapshot, with_master=with_master)
+    history = sub.add_parser("history", help="write every version of every row up to a time (SCD type 2)")
+    add_snapshot_arguments(history, with_master=with_master, history=True)
+    for run in (snapshot, history):
+        _add_output_arguments(run)
     sub.add_parser("formats", help="list the source formats")
     return parser
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--quiet`` and ``--verbose``: what the run prints on stderr besides errors (docs/contract.md,
+    "Progress"). Not part of ``SnapshotArgs``: they change what is shown, never what is written."""
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print no progress (phases, Spark's stages and tasks) and no job log below warnings; "
+        "errors and the metrics JSON on stdout still print",
+    )
+    shown.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print Spark's own log as Spark sets it up (its log4j profile, the JVM's start-up "
+        "warnings), which the job otherwise keeps out",
+    )
 
 
 def _print_formats() -> None:
@@ -52,22 +72,17 @@ def _write_error_file(path: str | None, exc: BaseException) -> None:
         Path(path).write_text(json.dumps({"error": str(exc), "type": type(exc).__name__}), encoding="utf-8")
 
 
-def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
-    """``snapshot`` or ``history``: run the job, print its metrics, write its error for the operator."""
-    # Imported here so `cdc-replay formats` and `--help` start without a JVM.
-    from airflow_cdc_provider.contract.jvm import java_options_for
-    from airflow_cdc_provider.replay.runs.history import run_history
-    from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
-    from airflow_cdc_provider.replay.spec import SnapshotSpec
-    from airflow_cdc_provider.spark.session import build_session
+def run_snapshot_command(args: argparse.Namespace, master: str | None, remote: str | None = None) -> int:
+    """``snapshot`` or ``history``: run the job, print its metrics, write its error for the operator.
+
+    Progress goes to stderr while the job runs (none with ``--quiet``); stdout carries the metrics
+    JSON only.
+    """
+    from airflow_cdc_provider.spark.progress import reporter_for
 
     try:
-        history = args.command == "history"
-        request = SnapshotArgs.from_namespace(args, history=history)
-        specs = SnapshotSpec.each_from_args(request)
-        get_decoder(specs[0].source_format)
-        spark = build_session(master=master, java_options=java_options_for(request))
-        written = [run_history(spark, specs[0])] if history else run_snapshots(spark, specs)
+        with reporter_for(quiet=args.quiet) as reporter:
+            written = _run(args, master, remote, reporter)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear line and an exit code
         _write_error_file(args.error_file, exc)
         logging.getLogger(__name__).debug("replay failed", exc_info=True)
@@ -80,14 +95,48 @@ def run_snapshot_command(args: argparse.Namespace, master: str | None) -> int:
     return EXIT_OK
 
 
+def _run(args: argparse.Namespace, master: str | None, remote: str | None, reporter: Reporter) -> list[dict]:
+    """The run itself, reported to ``reporter``: the session, then the snapshots or the history."""
+    # Imported here so `cdc-replay formats` and `--help` start without a JVM.
+    from airflow_cdc_provider.contract.jvm import java_options_for
+    from airflow_cdc_provider.jobs.run import run_request
+    from airflow_cdc_provider.replay.spec import SnapshotSpec
+    from airflow_cdc_provider.spark.session import build_session
+
+    request = SnapshotArgs.from_namespace(args, history=args.command == "history")
+    specs = SnapshotSpec.each_from_args(request)  # the request's errors before a JVM starts
+    get_decoder(specs[0].source_format)
+    # Never the remote URL: it may carry a token.
+    reporter.phase("starting", "starting: Spark Connect session" if remote else "starting: Spark")
+    spark = build_session(
+        master=master, java_options=java_options_for(request), remote=remote, verbose=args.verbose
+    )
+    reporter.watch(spark)
+    written = run_request(spark, request)
+    reporter.done(written)
+    return written
+
+
+def _configure_logging(*, quiet: bool) -> None:
+    """The job's log on stderr (``sys.stderr`` as it is at each line: a progress bar may have taken
+    it over), INFO and up; WARNING and up with ``--quiet``."""
+    from airflow_cdc_provider.spark.progress import StderrHandler
+
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[handler])
+
+
 def main(argv: list[str] | None = None, *, under_spark_submit: bool = False) -> int:
     parser = build_parser(with_master=not under_spark_submit)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(quiet=getattr(args, "quiet", False))
     if args.command == "formats":
         _print_formats()
         return EXIT_OK
-    return run_snapshot_command(args, None if under_spark_submit else args.master)
+    if under_spark_submit:
+        return run_snapshot_command(args, None)
+    return run_snapshot_command(args, args.master, remote_url(args.master, args.remote))
 
 
 if __name__ == "__main__":

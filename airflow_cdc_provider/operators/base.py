@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
+from airflow_cdc_provider.hooks.cdc_connect import CONNECT_CONN_TYPE, CdcConnectHook
 from airflow_cdc_provider.hooks.cdc_replay import (
     DEFAULT_DRIVER_LOG_LEVEL,
     CdcReplayHook,
+    connection_type,
     normalise_log_level,
 )
 from airflow_cdc_provider.operators.assets import (
@@ -79,9 +81,15 @@ class BaseCdcReplayOperator(BaseOperator):
         and hex digits for raw bytes), a text or a list (``--unavailable-value``). A column holding
         one keeps its earlier value. ``None``: Debezium's default ``__debezium_unavailable_value``.
         (templated)
-    :param conn_id: Airflow connection of type ``spark`` that gives the master (``local[*]``,
-        ``spark://host:7077``, ``yarn``, ``k8s://...``); the task fails if it is missing.
-    :param spark_conf: extra Spark properties for spark-submit (``--conf key=value``).
+    :param conn_id: Airflow connection that says where the job runs; the task fails if it is missing.
+        Type ``spark``: spark-submit to its master (``local[*]``, ``spark://host:7077``, ``yarn``,
+        ``k8s://...``). Type ``spark_connect``: the job runs in the task's own process through a
+        Spark Connect session (host, port, user, token, TLS), with no spark-submit and no JVM here.
+    :param spark_conf: extra Spark properties: for spark-submit (``--conf key=value``), or Spark SQL
+        settings of the Connect session.
+    :param ship_package: whether spark-submit to a cluster master ships this package with
+        ``--py-files`` (a zip built once per installed version). ``None``: the connection's
+        ``ship-package`` extra decides, shipping by default.
     :param on_error: ``quarantine`` (records that cannot be decoded go to ``_quarantine/``) or
         ``fail`` (the job fails on the first one).
     :param max_quarantined: fail the task when more records than this are quarantined
@@ -125,6 +133,7 @@ class BaseCdcReplayOperator(BaseOperator):
         unavailable_values: str | list[str] | None = None,
         conn_id: str = CdcReplayHook.default_conn_name,
         spark_conf: dict[str, Any] | None = None,
+        ship_package: bool | None = None,
         on_error: str = "quarantine",
         max_quarantined: int | str | None = None,
         with_metadata: bool = False,
@@ -147,6 +156,7 @@ class BaseCdcReplayOperator(BaseOperator):
         self.unavailable_values = unavailable_values
         self.conn_id = conn_id
         self.spark_conf = spark_conf
+        self.ship_package = ship_package
         self.on_error = on_error
         self.max_quarantined = max_quarantined
         self.with_metadata = with_metadata
@@ -172,12 +182,16 @@ class BaseCdcReplayOperator(BaseOperator):
         return asset
 
     @cached_property
-    def hook(self) -> CdcReplayHook:
+    def hook(self) -> CdcReplayHook | CdcConnectHook:
+        """spark-submit for a ``spark`` connection; in this process for a ``spark_connect`` one."""
+        if connection_type(self.conn_id) == CONNECT_CONN_TYPE:
+            return CdcConnectHook(conn_id=self.conn_id, spark_conf=self.spark_conf)
         return CdcReplayHook(
             conn_id=self.conn_id,
             spark_conf=self.spark_conf,
             name=f"cdc-replay-{self.dag_id}.{self.task_id}",
             driver_log_level=self.driver_log_level,
+            ship_package=self.ship_package,
         )
 
     @abstractmethod

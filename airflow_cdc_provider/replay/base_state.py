@@ -45,6 +45,7 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.replay import columns as C
 from airflow_cdc_provider.replay.keys import on_time
+from airflow_cdc_provider.spark.filesystem import job_filesystem
 from airflow_cdc_provider.spark.reader import LandedFile
 
 ROWS_DIR = "rows"
@@ -103,19 +104,14 @@ class BaseState:
 def read_base_state(spark: SparkSession, base_output: str) -> tuple[BaseState | None, str | None]:
     """``(state, None)``, or ``(None, why it cannot be used)`` when the base has no usable state."""
     uri = f"{base_output.rstrip('/')}/{STATE_DIR}"
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{uri}/{STATE_FILE}")
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if not fs.exists(path):
+    fs = job_filesystem(spark)
+    state_file = f"{uri}/{STATE_FILE}"
+    if not fs.exists(state_file):
         return (
             None,
             f"the base {base_output} has no {STATE_DIR}/{STATE_FILE} (missing, or written without --keep-state)",
         )
-    stream = fs.open(path)
-    try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
+    text = fs.read_text(state_file)
     data = json.loads(text)
     if data.get("version") != STATE_VERSION:
         return (

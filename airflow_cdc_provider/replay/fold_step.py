@@ -32,15 +32,16 @@ from airflow_cdc_provider.replay.read import (
     read_all,
 )
 from airflow_cdc_provider.replay.resolve import (
-    MOVING_GROUPS,
     chain_carries,
     observe_partial_moves,
+    partial_moves_seen,
     resolve,
     with_table_changes,
 )
 from airflow_cdc_provider.replay.shuffles import size_shuffles
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.replay.table_changes import table_changes
+from airflow_cdc_provider.spark import progress
 from airflow_cdc_provider.spark.reader import LandedFile, checkpoint_salvaging
 
 
@@ -96,7 +97,9 @@ def fold_and_resolve(
 
     def build(files: list[LandedFile]) -> DataFrame:
         if not read.kept and (read.events is None or files != read.files):  # first, or a salvaging retry
+            progress.phase("decoding", files=files)  # one Spark pass with the fold below
             read.files, read.events = files, decode(files)
+        progress.phase("fold")
         events = ignoring_unselected_tables(read.events, spec.tables)
         keyed, carried = _with_base_rows(spark, read, with_as_of_flags(events, spec.as_of_ms))
         changes = None
@@ -142,7 +145,7 @@ def _fold_and_carry(
         folded, moving = observe_partial_moves(folded)
         folded = folded.localCheckpoint(eager=True)
         kept.append(folded)
-        if moving.get[MOVING_GROUPS]:
+        if partial_moves_seen(moving, folded):
             carries = chain_carries(with_table_changes(folded, changes))
             kept.append(carries)
     return folded, carries

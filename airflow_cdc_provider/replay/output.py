@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -33,6 +32,14 @@ from airflow_cdc_provider.replay.output_lock import (
     LOCK_MARK,
     OutputBusyError,
     OutputLock,
+)
+from airflow_cdc_provider.spark.filesystem import (
+    child,
+    job_filesystem,
+    matches_component,
+    name_of,
+    parent_of,
+    split_uri,
 )
 
 _STAGING_MARK = ".cdc-staging-"
@@ -54,28 +61,28 @@ class OutputTarget:
     output: str
 
     def __post_init__(self) -> None:
-        jvm = self.spark.sparkContext._jvm
-        self._Path = jvm.org.apache.hadoop.fs.Path
-        self.path = self._Path(self.output)
-        self.fs = self.path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        self.path = self.fs.makeQualified(self.path)
-        self.parent = self.path.getParent()
-        self.name = self.path.getName()
+        self.fs = job_filesystem(self.spark)
+        self.uri = self.fs.qualify(self.output)
+        self.parent = parent_of(self.uri)
+        self.name = name_of(self.uri)
         self.run_id = uuid.uuid4().hex[:12]
-        self.staging = self._Path(self.parent, f".{self.name}{_STAGING_MARK}{self.run_id}")
-        self.old = self._Path(self.parent, f".{self.name}{_OLD_MARK}{self.run_id}")
-        self.rejected = self._Path(self.parent, f".{self.name}{_REJECTED_MARK}")
-        self.lock = OutputLock(self.fs, self._Path(self.parent, f".{self.name}{LOCK_MARK}"), self.run_id)
+        beside = self.parent or self.uri
+        self.staging = child(beside, f".{self.name}{_STAGING_MARK}{self.run_id}")
+        self.old = child(beside, f".{self.name}{_OLD_MARK}{self.run_id}")
+        self.rejected = child(beside, f".{self.name}{_REJECTED_MARK}")
+        self.lock = OutputLock(self.fs, child(beside, f".{self.name}{LOCK_MARK}"), self.run_id)
 
     @property
-    def uri(self) -> str:
-        return self.path.toString()
+    def filesystem_id(self) -> tuple[str, str]:
+        """(scheme, authority): outputs with the same id can take each other's folders by rename."""
+        scheme, authority, _ = split_uri(self.uri)
+        return scheme, authority
 
     def staging_uri(self, *parts: str) -> str:
-        return "/".join([self.staging.toString(), *_checked(parts)])
+        return child(self.staging, *_checked(parts))
 
     def final_uri(self, *parts: str) -> str:
-        return "/".join([self.uri, *_checked(parts)])
+        return child(self.uri, *_checked(parts))
 
     def table_uri(self, table: str, staging: bool = False) -> str:
         """Where ``table``'s snapshot is written (``staging``) and where readers find it."""
@@ -108,44 +115,26 @@ class OutputTarget:
         Writing inside an input would feed the snapshot back in as landed records on the next run;
         replacing an output that contains an input would delete landed files.
         """
-        out = self._location(self.path)
-        conf = self.spark.sparkContext._jsc.hadoopConfiguration()
+        out = _location(self.uri)
         for raw in inputs:
-            path = self._Path(raw)
-            inp = self._location(path.getFileSystem(conf).makeQualified(path))
+            inp = _location(self.fs.qualify(raw))
             if out[0] != inp[0]:
                 continue
             shared = min(len(out[1]), len(inp[1]))
-            if all(self._component_matches(g, o) for g, o in zip(inp[1][:shared], out[1][:shared])):
+            if all(matches_component(g, o) for g, o in zip(inp[1][:shared], out[1][:shared])):
                 raise OutputError(
                     f"output {self.uri} and input {raw} overlap (the output is, contains or lies inside "
                     f"the input); write the snapshot outside the landed files"
                 )
 
-    def _location(self, qualified: Any) -> tuple[tuple[str, str], list[str]]:
-        """(scheme, authority) and the normalised path components of a qualified Hadoop path."""
-        uri = qualified.toUri()
-        scheme, path = uri.getScheme() or "", uri.getPath() or "/"
-        if scheme == "file":
-            path = os.path.realpath(path)  # a symlinked folder is the folder it points to
-        parts = [p for p in posixpath.normpath(path).split("/") if p]
-        return (scheme, uri.getAuthority() or ""), parts
-
-    def _component_matches(self, glob: str, name: str) -> bool:
-        if glob == name:
-            return True
-        if not any(ch in glob for ch in "*?[{\\"):
-            return False
-        pattern = self.spark.sparkContext._jvm.org.apache.hadoop.fs.GlobPattern(glob)
-        return bool(pattern.matches(name))
-
     def check_replaceable(self) -> None:
         """Refuse to replace anything but a folder this job wrote, holding only what it wrote."""
-        if not self.fs.exists(self.path):
+        status = self.fs.status(self.uri)
+        if status is None:
             return
-        if not self.fs.getFileStatus(self.path).isDirectory():
+        if not status.is_dir:
             raise OutputError(f"output {self.uri} exists and is a file; choose a folder")
-        names = {status.getPath().getName() for status in self.fs.listStatus(self.path)}
+        names = {entry.name for entry in self.fs.list_dir(self.uri)}
         if not names:
             return
         if METRICS_FILE not in names:
@@ -162,15 +151,12 @@ class OutputTarget:
 
     def _written_by_previous_run(self) -> set[str]:
         """Top-level names the run that wrote the existing ``_cdc_metrics.json`` put there."""
-        stream = self.fs.open(self._Path(self.path, METRICS_FILE))
         try:
-            previous = json.loads(bytes(stream.readAllBytes()).decode("utf-8"))
+            previous = json.loads(self.fs.read_text(child(self.uri, METRICS_FILE)))
         except ValueError:
             raise OutputError(
                 f"output {self.uri} holds a {METRICS_FILE} that is not valid JSON; refusing to replace it"
             ) from None
-        finally:
-            stream.close()
         tables = previous.get("tables") if isinstance(previous, dict) else None
         # Hadoop's local file system writes a hidden .NAME.crc checksum beside each file it creates.
         written = {METRICS_FILE, f".{METRICS_FILE}.crc", QUARANTINE_DIR, *map(table_folder, tables or {})}
@@ -181,58 +167,52 @@ class OutputTarget:
     def _holds_state(self) -> bool:
         """Whether the output holds the ``_cdc_state/`` a ``--keep-state`` run writes (and nothing
         else under that name: a folder with its ``state.json``)."""
-        state = self._Path(self.path, STATE_DIR)
-        return self.fs.exists(self._Path(state, STATE_FILE)) and self.fs.getFileStatus(state).isDirectory()
+        state = self.fs.status(child(self.uri, STATE_DIR))
+        return state is not None and state.is_dir and self.fs.exists(child(self.uri, STATE_DIR, STATE_FILE))
 
     def clean_leftovers(self) -> None:
         """Remove staging/old folders of earlier runs that were killed before they finished (this
         run's own scratch folder, written before the lock was taken, stays)."""
-        if not self.fs.exists(self.parent):
+        if self.parent is None or not self.fs.exists(self.parent):
             return
         prefix_staging = f".{self.name}{_STAGING_MARK}"
         prefix_old = f".{self.name}{_OLD_MARK}"
-        for status in self.fs.listStatus(self.parent):
-            name = status.getPath().getName()
-            if name.startswith(prefix_old) and not self.fs.exists(self.path):
+        for status in self.fs.list_dir(self.parent):
+            name = status.name
+            if name.startswith(prefix_old) and not self.fs.exists(self.uri):
                 # Killed between the two renames: the old snapshot is the last complete one.
-                self.fs.rename(status.getPath(), self.path)
+                self.fs.rename(status.uri, self.uri)
             elif name.startswith((prefix_staging, prefix_old)) and self.run_id not in name:
-                self.fs.delete(status.getPath(), True)
+                self.fs.delete(status.uri, True)
 
     def write_metrics(self, metrics: dict) -> None:
         self.write_text(METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=False))
 
     def write_text(self, relative: str, text: str) -> None:
         """A small file inside the staging folder (committed with everything else)."""
-        out = self.fs.create(self._Path(self.staging_uri(*relative.split("/"))), True)
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
+        self.fs.write_bytes(self.staging_uri(*relative.split("/")), text.encode("utf-8"))
 
     def adopt(self, relative: str, written: str) -> bool:
         """Move a folder written elsewhere on this file system into the staging folder as ``relative``.
 
         False (nothing moved) when ``written`` does not exist, e.g. a partition no row went to.
         """
-        source = self._Path(written)
-        if not self.fs.exists(source):
+        if not self.fs.exists(written):
             return False
         self.fs.mkdirs(self.staging)
         into = self.staging_uri(*relative.split("/"))
-        if not self.fs.rename(source, self._Path(into)):
+        if not self.fs.rename(written, into):
             raise OutputError(f"could not move {written} into {into}")
         return True
 
     def scratch_uri(self) -> str:
         """A hidden folder beside the output for files this run moves in later (``adopt``); a
         killed run's is removed with its staging folder by the next run."""
-        return self._Path(self.parent, f".{self.name}{_STAGING_MARK}{self.run_id}-shared").toString()
+        return child(self.parent or self.uri, f".{self.name}{_STAGING_MARK}{self.run_id}-shared")
 
     def remove_scratch(self) -> None:
-        scratch = self._Path(self.scratch_uri())
-        if self.fs.exists(scratch):
-            self.fs.delete(scratch, True)
+        if self.fs.exists(self.scratch_uri()):
+            self.fs.delete(self.scratch_uri(), True)
 
     def commit(self) -> None:
         """Swap the staging folder in: two renames, then drop the previous snapshot."""
@@ -241,12 +221,12 @@ class OutputTarget:
                 f"lost the lock {self.lock.uri} while writing {self.uri} (taken over as stale); "
                 f"the previous snapshot is left in place"
             )
-        if self.fs.exists(self.path):
-            if not self.fs.rename(self.path, self.old):
+        if self.fs.exists(self.uri):
+            if not self.fs.rename(self.uri, self.old):
                 raise OutputError(f"could not move the previous snapshot {self.uri} aside")
-        if not self.fs.rename(self.staging, self.path):
+        if not self.fs.rename(self.staging, self.uri):
             if self.fs.exists(self.old):
-                self.fs.rename(self.old, self.path)
+                self.fs.rename(self.old, self.uri)
             raise OutputError(f"could not move the new snapshot into {self.uri}")
         if self.fs.exists(self.old):
             self.fs.delete(self.old, True)
@@ -262,10 +242,10 @@ class OutputTarget:
         """
         self._drop_rejected()
         self.fs.mkdirs(self.rejected)
-        kept = self._Path(self.rejected, relative)
-        if not self.fs.rename(self._Path(self.staging_uri(relative)), kept):
-            raise OutputError(f"could not move {self.staging_uri(relative)} to {kept.toString()}")
-        return kept.toString()
+        kept = child(self.rejected, relative)
+        if not self.fs.rename(self.staging_uri(relative), kept):
+            raise OutputError(f"could not move {self.staging_uri(relative)} to {kept}")
+        return kept
 
     def _drop_rejected(self) -> None:
         """Delete what an earlier rejected run kept: a committed or rejected run supersedes it."""
@@ -275,6 +255,15 @@ class OutputTarget:
     def abort(self) -> None:
         if self.fs.exists(self.staging):
             self.fs.delete(self.staging, True)
+
+
+def _location(uri: str) -> tuple[tuple[str, str], list[str]]:
+    """(scheme, authority) and the normalised path components of a qualified URI."""
+    scheme, authority, path = split_uri(uri)
+    if scheme == "file":
+        path = os.path.realpath(path)  # a symlinked folder is the folder it points to
+    parts = [p for p in posixpath.normpath(path or "/").split("/") if p]
+    return (scheme, authority), parts
 
 
 def _checked(parts: tuple[str, ...]) -> tuple[str, ...]:

@@ -27,7 +27,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from typing import Any
+
+from airflow_cdc_provider.spark.filesystem import JobFileSystem
 
 HEARTBEAT_SECONDS = 20.0
 STALE_AFTER_SECONDS = 120.0
@@ -67,19 +68,15 @@ def _process_alive(pid: int) -> bool:
 class OutputLock:
     """The lock file of one output; ``acquire`` before checking or cleaning, ``release`` at the end.
 
-    ``fs`` and ``path`` are the Hadoop FileSystem and Path (py4j objects) of the lock file.
+    ``fs`` is the job's file-system seam and ``uri`` the lock file's.
     """
 
-    def __init__(self, fs: Any, path: Any, run_id: str) -> None:
+    def __init__(self, fs: JobFileSystem, uri: str, run_id: str) -> None:
         self.fs = fs
-        self.path = path
+        self.uri = uri
         self.holder = LockHolder.this_process(run_id)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
-
-    @property
-    def uri(self) -> str:
-        return self.path.toString()
 
     def acquire(self) -> None:
         """Take the lock, breaking a stale one; raise ``OutputBusyError`` if a live run holds it."""
@@ -116,21 +113,17 @@ class OutputLock:
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=HEARTBEAT_SECONDS)
         if self.still_held():
-            self.fs.delete(self.path, False)
+            self.fs.delete(self.uri, False)
 
-    def read(self, path: Any = None) -> LockHolder | None:
-        """The holder named in the lock file (or ``path``); None when it is gone or unreadable."""
+    def read(self, uri: str | None = None) -> LockHolder | None:
+        """The holder named in the lock file (or ``uri``); None when it is gone or unreadable."""
         try:
-            stream = self.fs.open(path if path is not None else self.path)
-        except Exception:  # noqa: BLE001 - py4j raises Py4JJavaError(FileNotFoundException)
-            return None
-        try:
-            data = json.loads(bytes(stream.readAllBytes()).decode("utf-8"))
+            data = json.loads(self.fs.read_bytes(uri or self.uri).decode("utf-8"))
             return LockHolder(**data)
         except (ValueError, TypeError):
             return None
-        finally:
-            stream.close()
+        except Exception:  # noqa: BLE001 - gone: FileNotFoundError here, FileNotFoundException in the JVM
+            return None
 
     # ------------------------------------------------------------------ internals
 
@@ -138,31 +131,11 @@ class OutputLock:
         return json.dumps(asdict(self.holder)).encode("utf-8")
 
     def _create(self) -> bool:
-        uri = self.path.toUri()
-        if uri.getScheme() == "file":
-            try:
-                fd = os.open(uri.getPath(), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as out:
-                out.write(self._content())
-            return True
-        try:
-            out = self.fs.create(self.path, False)
-        except Exception:  # noqa: BLE001 - FileAlreadyExistsException through py4j
-            return False
-        try:
-            out.write(bytearray(self._content()))
-        finally:
-            out.close()
-        return True
+        return self.fs.create_new(self.uri, self._content())
 
     def _age_seconds(self) -> float | None:
-        try:
-            modified = self.fs.getFileStatus(self.path).getModificationTime()
-        except Exception:  # noqa: BLE001 - gone meanwhile
-            return None
-        return time.time() - modified / 1000.0
+        status = self.fs.status(self.uri)
+        return None if status is None else time.time() - status.modified_ms / 1000.0
 
     def _stale(self, held: LockHolder) -> bool:
         if held.host == self.holder.host and not _process_alive(held.pid):
@@ -172,12 +145,12 @@ class OutputLock:
 
     def _break(self, judged: LockHolder | None) -> None:
         """Move a stale lock aside and delete it; put it back if it changed hands meanwhile."""
-        aside = self.path.suffix(f".stale-{self.holder.run_id}")
-        if not self.fs.rename(self.path, aside):
+        aside = f"{self.uri}.stale-{self.holder.run_id}"
+        if not self.fs.rename(self.uri, aside):
             return  # someone else broke or released it first: try to create again
         moved = self.read(aside)
         if judged is not None and (moved is None or moved.run_id != judged.run_id):
-            self.fs.rename(aside, self.path)
+            self.fs.rename(aside, self.uri)
             raise OutputBusyError(self._busy_message(moved or judged))
         self.fs.delete(aside, False)
 
@@ -197,16 +170,10 @@ class OutputLock:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
                 now_ms = int(time.time() * 1000)
-                self.fs.setTimes(self.path, now_ms, -1)
-                renewed = self.fs.getFileStatus(self.path).getModificationTime()
-                # Only a store that ignored setTimes (S3A) needs the file rewritten; file systems
-                # that keep whole seconds still land within a few seconds of now.
+                renewed = self.fs.touch(self.uri)
+                # Only a store that ignores a new modification time (S3A, object stores) needs the
+                # file rewritten; file systems that keep whole seconds land within a few seconds of now.
                 if abs(renewed - now_ms) > 5000 and self.still_held():
-                    # Stores that ignore setTimes (S3A): rewriting the file renews its time.
-                    out = self.fs.create(self.path, True)
-                    try:
-                        out.write(bytearray(self._content()))
-                    finally:
-                        out.close()
+                    self.fs.write_bytes(self.uri, self._content())
             except Exception:  # noqa: BLE001 - a missed beat is retried; the run itself decides
                 continue

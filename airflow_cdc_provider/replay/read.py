@@ -41,6 +41,7 @@ from airflow_cdc_provider.replay.base_state import (
 from airflow_cdc_provider.replay.keys import KeyConfig, with_keys
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.replay.transactions import with_transaction_times
+from airflow_cdc_provider.spark import progress
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.reader import (
     LandedFile,
@@ -128,6 +129,7 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_
     block says which happened and why.
     """
     listed, after_as_of = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
+    progress.phase("listing", files=listed, unread=after_as_of)
     skipped = {SKIPPED_PARTITION: after_as_of}
     if not spec.writes_state:
         return Input(None, listed, skipped, None, None, kept=False)
@@ -137,6 +139,7 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_
     if state is not None and why_full is None:
         covered = [f for f in listed if state.covers(f)]
         fresh = [f for f in listed if f not in covered]
+        progress.phase("decoding", files=fresh)
         events, fresh = (
             checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered))
             if fresh
@@ -184,6 +187,7 @@ def read_all(
     could not start from its base ``state``)."""
     if why_full is not None:
         log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
+    progress.phase("decoding", files=listed)
     events, files = checkpoint_salvaging(spark, listed, decode)
     incremental = (
         {

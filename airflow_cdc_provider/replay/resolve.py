@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
@@ -27,6 +27,7 @@ from airflow_cdc_provider.formats.events import IMAGE_TYPE, OP_DELETE, empty_ima
 from airflow_cdc_provider.replay import columns as C
 from airflow_cdc_provider.replay.images import by_ord, merged_image
 from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.observed import observed_figure
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # Rounds ``chain_carries`` takes at most: a chain of more partial key changes than this (with no
@@ -110,12 +111,20 @@ def moves_partially() -> Expr:
     )
 
 
+def _moving_groups() -> Column:
+    return E.count(E.when(moves_partially(), E.lit(1))).alias(MOVING_GROUPS).column()
+
+
 def observe_partial_moves(folded: DataFrame) -> tuple[DataFrame, Observation]:
     """``folded`` counting its row groups that move partially (``MOVING_GROUPS``) in the action that first
     computes it: whether ``chain_carries`` is needed is then known without a Spark job of its own."""
     seen = Observation()
-    counted = folded.observe(seen, E.count(E.when(moves_partially(), E.lit(1))).alias(MOVING_GROUPS).column())
-    return counted, seen
+    return folded.observe(seen, _moving_groups()), seen
+
+
+def partial_moves_seen(seen: Observation, materialised: DataFrame) -> int:
+    """How many row groups of the materialised fold move partially (``observe_partial_moves``)."""
+    return observed_figure(seen, MOVING_GROUPS, materialised, _moving_groups())
 
 
 def _partial_moves(sources: DataFrame) -> DataFrame:
@@ -206,7 +215,7 @@ def chain_carries(rows: DataFrame, rounds: int | None = None) -> DataFrame:
         rebuilt = _regrouped(sources, _carries_of(state, reset_type)).observe(pending, unsettled.column())
         previous, state = state, rebuilt.localCheckpoint(eager=True)
         previous.unpersist()
-        if not pending.get[_UNSETTLED]:
+        if not observed_figure(pending, _UNSETTLED, state, unsettled.column()):
             break
     sources.unpersist()
     return state.select("table", C.KEY, C.CARRIES)

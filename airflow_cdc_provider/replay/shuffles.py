@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.settings import chosen_settings, cores, set_sized
 
 _INPUT_BYTES_PER_SHUFFLE_PARTITION = 64 * 2**20
 _MAX_SHUFFLE_PARTITIONS = 4000
@@ -32,10 +33,10 @@ def size_shuffles(spark: SparkSession, files: list[LandedFile]) -> None:
     Settings the user chose (``spark.sql.shuffle.partitions``, ``spark.sql.files.minPartitionNum``)
     are kept. 1M Debezium events in 8 files: 3 read tasks on 2 cores took 20.7 s, 4 tasks 16.7 s.
     """
-    conf = spark.sparkContext._jsc.getConf()  # the JVM's copy: one call, not one per setting
-    cores = spark.sparkContext.defaultParallelism
-    if not conf.contains("spark.sql.shuffle.partitions"):
-        count = shuffle_partitions(sum(f.size for f in files), cores)
-        spark.conf.set("spark.sql.shuffle.partitions", str(count))
-    if not conf.contains("spark.sql.files.minPartitionNum"):
-        spark.conf.set("spark.sql.files.minPartitionNum", str(_READ_TASKS_PER_CORE * cores))
+    chosen = chosen_settings(spark, ["spark.sql.shuffle.partitions", "spark.sql.files.minPartitionNum"])
+    parallelism = cores(spark)
+    if "spark.sql.shuffle.partitions" not in chosen:
+        count = shuffle_partitions(sum(f.size for f in files), parallelism)
+        set_sized(spark, "spark.sql.shuffle.partitions", str(count))
+    if "spark.sql.files.minPartitionNum" not in chosen:
+        set_sized(spark, "spark.sql.files.minPartitionNum", str(_READ_TASKS_PER_CORE * parallelism))

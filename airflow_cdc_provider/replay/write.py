@@ -38,6 +38,7 @@ from airflow_cdc_provider.replay.typed import (
     typed_by_versions,
     typed_value,
 )
+from airflow_cdc_provider.spark import progress
 from airflow_cdc_provider.spark import sqlexpr as E
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ def _write_and_commit(
     ``prewritten``: tables already written elsewhere (``runs.many_as_ofs``), as (folder, columns):
     moved in instead of written when they have this run's columns.
     """
+    progress.phase("typing", as_of_ms=spec.as_of_ms, events=sum(int(g[C.EVENTS] or 0) for g in groups))
     quarantined = resolved.where(F.col(C.TAG) == C.TAG_QUARANTINED)
     _refuse_quarantined(spec, target, quarantined, groups, quarantine_count, versions is not None)
     version_counts: dict[str, int] = {}
@@ -105,6 +107,7 @@ def _write_and_commit(
         )
     tables, schemas, typing_inputs, key_columns = table_typing(read, resolved, groups)
     check_table_names(spec, tables)
+    progress.phase("writing", tables=len(tables))
     table_paths = _write_tables(spec, target, tables, schemas, resolved, versions, prewritten)
     if quarantine_count:
         _write_quarantine(quarantined, target)
@@ -152,7 +155,8 @@ def _write_tables(
     """One Parquet folder per table in the staging folder (or a prewritten one moved in); return
     each table's final path."""
     table_paths: dict[str, str] = {}
-    for table in tables:
+    for done, table in enumerate(tables):
+        progress.step(done, len(tables), "tables")
         columns = schemas[table].columns
         table_paths[table] = target.table_uri(table)
         written, written_columns = (prewritten or {}).get(table, (None, None))

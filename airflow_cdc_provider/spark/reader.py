@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -33,6 +34,7 @@ from airflow_cdc_provider.contract.paths import (
     unreadable_compression,
 )
 from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.filesystem import JobFileSystem, from_spark_uri, job_filesystem, normalise
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # Files up to this size are read whole (exact line numbers, multi-line documents). Larger ones are
@@ -59,7 +61,7 @@ class LandingError(ValueError):
 
 @dataclass(frozen=True)
 class LandedFile:
-    path: str  # fully qualified URI, as Spark reports it in _metadata.file_path
+    path: str  # fully qualified URI, in Hadoop's form: as ``landed_file_column`` names the file
     size: int
     modified_ms: int
     # The file's compressed stream breaks off: read what it delivers, then one "truncated" record.
@@ -87,25 +89,21 @@ class LandedFile:
 def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile]:
     """Expand paths, directories (recursively) and globs into data files, sorted by path.
 
-    Uses the Hadoop FileSystem of the running session, so any scheme Spark can read works.
+    Listed through the session's file-system seam (``spark.filesystem``), so any scheme Spark reads works.
     """
-    jvm = spark.sparkContext._jvm
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    fs = job_filesystem(spark)
     found: dict[str, LandedFile] = {}
     for raw in inputs:
-        path = jvm.org.apache.hadoop.fs.Path(raw)
-        fs = path.getFileSystem(hadoop_conf)
-        statuses = fs.globStatus(path)
-        if statuses is None or len(statuses) == 0:
+        statuses = fs.glob(raw)
+        if not statuses:
             raise LandingError(f"input path does not exist or matches nothing: {raw}")
         for status in statuses:
-            if status.isDirectory():
-                for landed in _walk_directory(fs, status.getPath()):
+            if status.is_dir:
+                for landed in _walk_directory(fs, status.uri):
                     found[landed.path] = landed
-            elif not is_hidden(status.getPath().getName()):
-                uri = status.getPath().toString()
-                found[uri] = LandedFile(
-                    uri, status.getLen(), status.getModificationTime(), relative=status.getPath().getName()
+            elif not is_hidden(status.name):
+                found[status.uri] = LandedFile(
+                    status.uri, status.size, status.modified_ms, relative=status.name
                 )
     if not found:
         raise LandingError(
@@ -117,25 +115,35 @@ def list_landed_files(spark: SparkSession, inputs: list[str]) -> list[LandedFile
     return [found[k] for k in sorted(found)]
 
 
-def _walk_directory(fs, top) -> Iterator[LandedFile]:
+def _walk_directory(fs: JobFileSystem, top: str) -> Iterator[LandedFile]:
     """Data files below ``top``, skipping hidden files and folders (``_``/``.`` names).
 
-    One ``listStatus`` per folder: ``listFiles(recursive)`` also looks up every file's block
+    One listing per folder: Hadoop's ``listFiles(recursive)`` also looks up every file's block
     locations, which costs about 10 ms a file on a local disk (2.5 s for 280 hourly files).
     """
-    root = top.toString().rstrip("/") + "/"
+    root = top.rstrip("/") + "/"
     folders = [top]
     while folders:
-        for status in fs.listStatus(folders.pop()):
-            path = status.getPath()
-            if is_hidden(path.getName()):
+        for status in fs.list_dir(folders.pop()):
+            if is_hidden(status.name):
                 continue
-            if status.isDirectory():
-                folders.append(path)
+            if status.is_dir:
+                folders.append(status.uri)
                 continue
-            uri = path.toString()
-            relative = uri[len(root) :] if uri.startswith(root) else path.getName()
-            yield LandedFile(uri, status.getLen(), status.getModificationTime(), relative=relative)
+            relative = status.uri[len(root) :] if status.uri.startswith(root) else status.name
+            yield LandedFile(status.uri, status.size, status.modified_ms, relative=relative)
+
+
+def landed_file_column() -> Expr:
+    """The file a row was read from, named as the listing names it (``LandedFile.path``).
+
+    Spark's ``_metadata.file_path`` percent-encodes what a URI may not hold (``land%20ing`` for a
+    folder named ``land ing``); decoding exactly those escapes (a ``+`` stays a ``+``) gives the
+    listing's name back, so joins between listed files and read rows hold for any file name.
+    """
+    raw = E.col("_metadata.file_path")
+    decoded = E.call("url_decode", E.call("replace", raw, E.lit("+"), E.lit("%2B")))
+    return E.when(raw.contains("%"), decoded).otherwise(raw)
 
 
 def _strip_bom(text: Expr) -> Expr:
@@ -171,7 +179,7 @@ def _whole_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         .text(paths, wholetext=True)
         .select(
             *E.columns(
-                E.col("_metadata.file_path").alias("file"),
+                landed_file_column().alias("file"),
                 _strip_bom(value).alias("content"),
                 E.is_valid_utf8(value).alias("utf8"),
             )
@@ -217,7 +225,7 @@ def _split_file_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         .text(paths)
         .select(
             *E.columns(
-                E.col("_metadata.file_path").alias("file"),
+                landed_file_column().alias("file"),
                 (E.col("_metadata.file_block_start") * (1 << _SPLIT_INDEX_BITS) + in_partition).alias(
                     "file_pos"
                 ),
@@ -270,17 +278,10 @@ def unterminated_last_records(spark: SparkSession, files: list[LandedFile], path
     The last byte is read on the driver (uncompressed files only: a compressed stream would have to
     be decoded); the last record's position comes from one text-only read of the split files.
     """
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    fs = job_filesystem(spark)
 
     def unterminated(landed: LandedFile) -> bool:
-        path = jvm.org.apache.hadoop.fs.Path(landed.path)
-        stream = path.getFileSystem(conf).open(path)
-        try:
-            stream.seek(landed.size - 1)
-            return stream.read() != ord("\n")
-        finally:
-            stream.close()
+        return fs.read_bytes(landed.path, landed.size - 1, 1) != b"\n"
 
     asked = [f for f in files if f.path in paths and f.split_read and not f.compressed]
     with ThreadPoolExecutor(max_workers=min(_SCAN_THREADS, max(1, len(asked)))) as pool:
@@ -303,7 +304,7 @@ def _salvaged_records(spark: SparkSession, paths: list[str]) -> DataFrame:
         spark.read.option("ignoreCorruptFiles", "true")
         .text(paths)
         .select(
-            F.col("_metadata.file_path").alias("file"),
+            landed_file_column().alias("file").column(),
             F.monotonically_increasing_id().alias("_read_order"),
             _strip_cr(_strip_bom(E.col("value"))).alias("text").column(),
             (~F.is_valid_utf8(F.col("value"))).alias("not_utf8"),
@@ -371,7 +372,7 @@ def first_records(spark: SparkSession, files: list[LandedFile], per_split: int) 
 
 
 def _java_causes(exc: BaseException) -> list:
-    """The Java exception behind a failed Spark call, then its causes (empty for a Python error)."""
+    """The Java exception behind a failed classic Spark call, then its causes (empty otherwise)."""
     chain = []
     # Py4JJavaError carries it as java_exception; PySpark's converted errors as _origin.
     java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
@@ -389,6 +390,16 @@ def _condition(java) -> str | None:
         return None
 
 
+def _connect_root_cause(exc: PySparkException) -> tuple[str, str]:
+    """The root cause of a Spark Connect error, from the server's stack trace ("Caused by:" lines)."""
+    trace = exc.getStackTrace() if hasattr(exc, "getStackTrace") else None
+    lines = [line for line in (trace or str(exc)).splitlines() if line.startswith("Caused by: ")]
+    if not lines:
+        return type(exc).__name__, exc.getMessage() if hasattr(exc, "getMessage") else str(exc)
+    cause, _, message = lines[-1][len("Caused by: ") :].partition(": ")
+    return cause.strip(), message.strip()
+
+
 def unreadable_file(exc: BaseException) -> tuple[str, str, str] | None:
     """``(path, root cause class, its message)`` when a Spark job failed reading one file, else None."""
     causes = _java_causes(exc)
@@ -397,35 +408,18 @@ def unreadable_file(exc: BaseException) -> tuple[str, str, str] | None:
         if isinstance(condition, str) and condition.startswith(_FAILED_READ_FILE):
             root = causes[-1]
             return java.getMessageParameters().get("path"), root.getClass().getName(), str(root.getMessage())
+    if not causes and isinstance(exc, PySparkException):  # Spark Connect: the condition comes as it is
+        condition = exc.getCondition() or ""
+        if condition.startswith(_FAILED_READ_FILE):
+            return ((exc.getMessageParameters() or {}).get("path"), *_connect_root_cause(exc))
     return None
 
 
 def _broken_streams(spark: SparkSession, files: list[LandedFile]) -> set[str]:
-    """Paths among ``files`` whose compressed stream breaks off, decompressed on the driver.
-
-    Runs in the JVM (Hadoop's codecs, ``transferTo`` a null sink), a few files at a time.
-    """
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(conf)
-    sink = jvm.java.io.OutputStream.nullOutputStream()
-
-    def broken(landed: LandedFile) -> bool:
-        path = jvm.org.apache.hadoop.fs.Path(landed.path)
-        codec = codecs.getCodec(path)
-        if codec is None:
-            return False
-        raw = path.getFileSystem(conf).open(path)
-        try:
-            codec.createInputStream(raw).transferTo(sink)
-        except Py4JError:
-            return True
-        finally:
-            raw.close()
-        return False
-
+    """Paths among ``files`` whose compressed stream breaks off, decompressed on the driver, a few at a time."""
+    fs = job_filesystem(spark)
     with ThreadPoolExecutor(max_workers=min(_SCAN_THREADS, max(1, len(files)))) as pool:
-        return {f.path for f, bad in zip(files, pool.map(broken, files)) if bad}
+        return {f.path for f, bad in zip(files, pool.map(lambda f: fs.stream_breaks(f.path), files)) if bad}
 
 
 def checkpoint_salvaging(
@@ -440,8 +434,7 @@ def checkpoint_salvaging(
     a ``LandingError`` naming the file and the cause (never record content). Returns the
     checkpointed frame and the files as finally read.
     """
-    jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
-    by_path = {jvm_path(f.path).toString(): f for f in files}
+    by_path = {normalise(f.path): f for f in files}
     scanned = False
     while True:
         try:
@@ -451,7 +444,7 @@ def checkpoint_salvaging(
             if failed is None:
                 raise
             path, cause, message = failed
-            landed = by_path.get(jvm_path(path).toString()) if path else None
+            landed = by_path.get(from_spark_uri(path)) if path else None
             if landed is None or landed.damaged or not landed.compressed or cause in _NOT_DAMAGE:
                 shown = landed.path if landed else path
                 raise LandingError(f"cannot read landed file {shown}: {cause}: {message}") from None
@@ -461,4 +454,4 @@ def checkpoint_salvaging(
             small = [f for f in files if f.compressed and f.read_whole and not f.damaged and f is not landed]
             damaged |= _broken_streams(spark, small)
         files = [replace(f, damaged=True) if f.path in damaged else f for f in files]
-        by_path = {jvm_path(f.path).toString(): f for f in files}
+        by_path = {normalise(f.path): f for f in files}

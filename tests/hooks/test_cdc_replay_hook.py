@@ -4,6 +4,7 @@ submission, and reading the metrics back. No Spark runs here; the operator tests
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import replace
@@ -14,8 +15,14 @@ import pytest
 
 from tests import airflow_env  # noqa: F401 - sets Airflow's home before anything imports airflow
 
+from airflow_cdc_provider.contract import jvm
 from airflow_cdc_provider.contract.args import SnapshotArgs
-from airflow_cdc_provider.hooks.cdc_replay import CdcJobArgumentError, CdcReplayHook, SparkTarget
+from airflow_cdc_provider.hooks.cdc_replay import (
+    CdcJobArgumentError,
+    CdcReplayHook,
+    SparkTarget,
+    UnsupportedDeployModeError,
+)
 from airflow_cdc_provider.operators.snapshot import CdcSnapshotOperator
 
 # ------------------------------------------------------------------------------------------------
@@ -127,43 +134,101 @@ def test_submit_conf_defaults_only_for_local_masters():
     local_memory = {"spark.driver.memory": "2g"}
     this_python = {"spark.pyspark.python": sys.executable}
     user = {"spark.executor.memory": "2g"}
-    assert hook.submit_conf(SparkTarget("local[2]")) == {**user, **quiet, **loopback, **local_memory}
+    # A driver on the Airflow worker (client mode) gets the package's log4j profile.
+    profile = {"spark.driver.extraJavaOptions": jvm.log4j_java_option()}
+    assert hook.submit_conf(SparkTarget("local[2]")) == {
+        **user,
+        **quiet,
+        **loopback,
+        **local_memory,
+        **profile,
+    }
     assert hook.submit_conf(SparkTarget("spark://127.0.0.1:7077")) == {
         **user,
         **quiet,
         **loopback,
         **this_python,
+        **profile,
     }
-    assert hook.submit_conf(SparkTarget("spark://cluster:7077")) == {**user, **quiet}
-    assert hook.submit_conf(SparkTarget("spark://cluster:7077", deploy_mode="cluster")) == {
-        **user,
-        **quiet,
-        "spark.standalone.submit.waitAppCompletion": "true",
-    }
+    assert hook.submit_conf(SparkTarget("spark://cluster:7077")) == {**user, **quiet, **profile}
     assert hook.submit_conf(SparkTarget("yarn", deploy_mode="cluster")) == {**user, **quiet}
     own = CdcReplayHook(
         spark_conf={"spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.log.level": "ERROR"}
     ).submit_conf(SparkTarget("local[*]"))
     assert own == {
         "spark.driver.host": "10.0.0.5", "spark.driver.memory": "6g", "spark.log.level": "ERROR",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1", **profile,
     }  # fmt: skip
+
+
+STANDALONE_CLUSTER_MODE = (
+    "Spark connection 'spark_standalone' submits to the standalone master spark://spark-master.internal:7077 "
+    "in cluster deploy mode. Standalone clusters do not run Python applications in cluster deploy mode: "
+    'spark-submit refuses them ("Cluster deploy mode is currently not supported for python applications '
+    'on standalone clusters"), and the cdc-replay job is one. Use client deploy mode on a standalone '
+    'cluster (drop "deploy-mode": "cluster" from the connection\'s extra and spark.submit.deployMode from '
+    "spark_conf; the driver then runs on the Airflow worker), or cluster deploy mode on YARN or Kubernetes."
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "spark_conf"),
+    [({"deploy-mode": "cluster"}, {}), ({}, {"spark.submit.deployMode": "cluster"})],
+)
+def test_standalone_cluster_deploy_mode_is_refused_before_submitting(monkeypatch, extra, spark_conf):
+    connection = {"conn_type": "spark", "host": "spark://spark-master.internal", "port": 7077, "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps(connection))
+    monkeypatch.setenv("PATH", "")  # nothing could be submitted: the refusal comes first
+    hook = CdcReplayHook(conn_id="spark_standalone", spark_conf=spark_conf)
+    request = SnapshotArgs.build(**GOOD)
+    with pytest.raises(UnsupportedDeployModeError) as refused:
+        hook.run_snapshot(request)
+    assert str(refused.value) == STANDALONE_CLUSTER_MODE
+
+
+def test_the_deploy_modes_that_work_are_accepted(monkeypatch):
+    for host, extra, conf, mode in [
+        ("spark://spark-master.internal:7077", {}, {}, None),
+        ("spark://spark-master.internal:7077", {"deploy-mode": "client"}, {}, "client"),
+        # The connection's deploy mode wins over spark_conf's, as on spark-submit's command line.
+        (
+            "spark://spark-master.internal:7077",
+            {"deploy-mode": "client"},
+            {"spark.submit.deployMode": "cluster"},
+            "client",
+        ),
+        ("yarn", {"deploy-mode": "cluster"}, {}, "cluster"),
+        ("k8s://https://kubernetes.default.svc:443", {}, {"spark.submit.deployMode": "cluster"}, "cluster"),
+    ]:
+        connection = {"conn_type": "spark", "host": host, "extra": extra}
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_TARGET", json.dumps(connection))
+        target = CdcReplayHook(conn_id="spark_target", spark_conf=conf).spark_target()
+        assert (target.master, target.deploy_mode) == (host, mode)
 
 
 def test_a_local_mode_driver_gets_the_jvm_options_ahead_of_the_users_own():
     hook = CdcReplayHook(spark_conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
     quick = ["-XX:TieredStopAtLevel=1"]
     local = hook.submit_conf(SparkTarget("local[2]"), quick)
-    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -Dmine=1"
+    profile = jvm.log4j_java_option()
+    assert local["spark.driver.extraJavaOptions"] == f"{profile} -XX:TieredStopAtLevel=1 -Dmine=1"
     cluster = hook.submit_conf(SparkTarget("spark://127.0.0.1:7077"), quick)
-    assert cluster["spark.driver.extraJavaOptions"] == "-Dmine=1"
-    assert "spark.driver.extraJavaOptions" not in CdcReplayHook().submit_conf(SparkTarget("local[2]"), [])
+    assert cluster["spark.driver.extraJavaOptions"] == f"{profile} -Dmine=1"
+    on_yarn = hook.submit_conf(SparkTarget("yarn", deploy_mode="cluster"), quick)
+    assert on_yarn["spark.driver.extraJavaOptions"] == "-Dmine=1"  # the driver is not on this machine
+    assert (
+        CdcReplayHook().submit_conf(SparkTarget("local[2]"), [])["spark.driver.extraJavaOptions"] == profile
+    )
 
 
 def test_driver_log_level_is_spark_log_level_unless_left_to_spark():
     target = SparkTarget("spark://cluster:7077")
-    assert CdcReplayHook(driver_log_level="info").submit_conf(target) == {"spark.log.level": "INFO"}
-    assert CdcReplayHook(driver_log_level=None).submit_conf(target) == {}
+    profile = {"spark.driver.extraJavaOptions": jvm.log4j_java_option()}
+    assert CdcReplayHook(driver_log_level="info").submit_conf(target) == {
+        "spark.log.level": "INFO",
+        **profile,
+    }
+    assert CdcReplayHook(driver_log_level=None).submit_conf(target) == profile
     for build in (
         lambda: CdcReplayHook(driver_log_level="quiet"),
         lambda: CdcSnapshotOperator(

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import stat
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import pytest
 from tests import airflow_env  # noqa: F401 - must come before anything imports airflow
 from tests.conftest import write_jsonl
 from tests.replay.test_semantics import T0, dbz
+from tests.submit_recorder import install_recorder
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
 from airflow_cdc_provider.hooks.cdc_replay import CdcJobArgumentError, CdcReplayHook, application_path
@@ -116,28 +114,9 @@ def test_row_values_never_reach_errors_or_logs(replay, landed, tmp_path, caplog)
     assert secret in "".join(p.read_text() for p in (tmp_path / "out" / "_quarantine").glob("part-*"))
 
 
-RECORDER = f"""#!{sys.executable}
-import json, os, sys
-args = sys.argv[1:]
-with open(os.environ["CDC_TEST_ARGV_FILE"], "w") as out:
-    json.dump(args, out)
-output = args[args.index("--output") + 1]
-os.makedirs(output, exist_ok=True)
-with open(os.path.join(output, "_cdc_metrics.json"), "w") as out:
-    json.dump({{"rows": 0}}, out)
-"""
-
-
 def test_operator_values_reach_spark_submit_as_single_arguments_without_a_shell(tmp_path, monkeypatch):
     """A stand-in ``spark3-submit`` records the argument vector the Spark provider starts it with."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    recorder = bin_dir / "spark3-submit"
-    recorder.write_text(RECORDER)
-    recorder.chmod(recorder.stat().st_mode | stat.S_IXUSR)
-    argv_file = tmp_path / "argv.json"
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("CDC_TEST_ARGV_FILE", str(argv_file))
+    argv_file = install_recorder(tmp_path, monkeypatch)
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_RECORDER",
         json.dumps({"conn_type": "spark", "host": "local[1]", "extra": {"spark-binary": "spark3-submit"}}),

@@ -25,6 +25,7 @@ from airflow_cdc_provider.contract.tables import lookup, qualify
 from airflow_cdc_provider.formats.base import DecodeOptions
 from airflow_cdc_provider.formats.common.tabular import base_name
 from airflow_cdc_provider.formats.common.values import REPLICATE_TYPES
+from airflow_cdc_provider.spark.filesystem import job_filesystem
 from airflow_cdc_provider.spark.reader import LandedFile, LandingError
 
 DEFINITION_FILE = "dms_table_definition.json"
@@ -93,16 +94,6 @@ def parse_definitions(text: str, path: str) -> dict[str, TableDefinition]:
         ) from None
 
 
-def _read_text(spark: SparkSession, path: str) -> str:
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    stream = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(hadoop_path)
-    try:
-        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
-
-
 def is_definition_file(path: str) -> bool:
     return posixpath.basename(path).lower() == DEFINITION_FILE
 
@@ -115,7 +106,7 @@ def read_definitions(spark: SparkSession, files: list[LandedFile]) -> dict[str, 
     definitions: dict[str, TableDefinition] = {}
     for landed in sorted(set(files), key=lambda f: f.path):
         if is_definition_file(landed.path):
-            definitions.update(parse_definitions(_read_text(spark, landed.path), landed.path))
+            definitions.update(parse_definitions(job_filesystem(spark).read_text(landed.path), landed.path))
     return definitions
 
 

@@ -20,7 +20,7 @@ from airflow_cdc_provider.formats.common.tabular import (
 )
 from airflow_cdc_provider.formats.events import IMAGE_TYPE, Q_BAD_PARQUET, Q_MISSING_TABLE
 from airflow_cdc_provider.spark import sqlexpr as E
-from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column
 
 
 def parquet_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog) -> list[DataFrame]:
@@ -82,7 +82,7 @@ def _parquet_group(df: DataFrame, per_file: DataFrame, ts_name: str | None) -> D
     has_op = OP_COLUMN in fields
     rows = df.select(
         *E.columns(
-            E.col("_metadata.file_path").alias("file"),
+            landed_file_column().alias("file"),
             E.col("_metadata.row_index").alias("file_pos"),
             E.null("bigint").alias("line"),
             E.to_json(E.struct(*[column_expr(name) for name in fields])).alias("raw"),

@@ -12,12 +12,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from py4j.protocol import Py4JError, Py4JJavaError
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
+from airflow_cdc_provider.spark.filesystem import job_filesystem
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 KIND_JSON, KIND_CSV, KIND_PARQUET, KIND_AVRO = "json", "csv", "parquet", "avro"
@@ -92,25 +93,9 @@ def parquet_frames(spark: SparkSession, paths: Iterable[str]) -> list[DataFrame]
 def parquet_footers(spark: SparkSession, paths: list[str]) -> dict[str, dict[str, str] | None]:
     """Each file's Parquet key-value metadata, or None for a file whose footer does not read.
 
-    Read on the driver through the session's Hadoop FileSystem (any scheme Spark reads), a few
+    Read on the driver through the session's file-system seam (any scheme Spark reads), a few
     files at a time: only the footer is read, never the data.
     """
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-
-    def footer(path: str) -> dict[str, str] | None:
-        try:
-            source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
-                jvm.org.apache.hadoop.fs.Path(path), conf
-            )
-            reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source)
-        except Py4JError:
-            return None
-        try:
-            metadata = reader.getFooter().getFileMetaData().getKeyValueMetaData()
-            return {str(k): str(metadata.get(k)) for k in metadata.keySet()}
-        finally:
-            reader.close()
-
+    fs = job_filesystem(spark)
     with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, max(1, len(paths)))) as pool:
-        return dict(zip(paths, pool.map(footer, paths)))
+        return dict(zip(paths, pool.map(fs.parquet_metadata, paths)))

@@ -63,7 +63,7 @@ from airflow_cdc_provider.formats.events import (
     dotted_table,
 )
 from airflow_cdc_provider.spark import sqlexpr as E
-from airflow_cdc_provider.spark.reader import LandedFile, read_records
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column, read_records
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # A CSV line whose fields do not line up with its file's header.
@@ -299,7 +299,7 @@ def _parquet_group(df: DataFrame) -> DataFrame:
         event_ms, time_bad = event_ms_from_text(meta(EXECUTE_TIME))
     return df.select(
         *E.columns(
-            E.col("_metadata.file_path").alias("file"),
+            landed_file_column().alias("file"),
             E.col("_metadata.row_index").alias("file_pos"),
             E.null("bigint").alias("line"),
             E.to_json(E.struct(*[column_expr(name) for name in fields])).alias("raw"),

@@ -52,7 +52,7 @@ from airflow_cdc_provider.formats.debezium.connect_avro import (
 from airflow_cdc_provider.formats.debezium.envelope import RECORD_SCHEMA, envelope_events
 from airflow_cdc_provider.formats.events import Q_BAD_PARQUET
 from airflow_cdc_provider.spark import sqlexpr as E
-from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 AVRO_SCHEMA_KEY = "parquet.avro.schema"  # where parquet-avro writers keep the Avro schema
@@ -73,6 +73,7 @@ _WITH_CORRUPT = StructType(list(RECORD_SCHEMA.fields) + [StructField(CORRUPT, St
 
 class DebeziumAvroDecoder(Decoder):
     name = "debezium-avro"
+    worker_modules = ("fastavro", "pyarrow")
     description = (
         "Debezium envelope records in Avro container files (Kafka Connect S3/HDFS sinks, Avro converter) "
         "or landed as Parquet; Connect logical types mapped as debezium-json maps them; fastavro in Python workers"
@@ -124,7 +125,7 @@ def _avro_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     """One row per record of each Avro container file (decoded in Python workers)."""
     # recursiveFileLookup: no partition columns inferred from folder names (partition=0/, dt=...).
     files = spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(paths)
-    return files.select(E.col("_metadata.file_path").alias("file").column(), "content").mapInArrow(
+    return files.select(landed_file_column().alias("file").column(), "content").mapInArrow(
         decode_batches, DECODED_DDL
     )
 
@@ -194,7 +195,7 @@ def _parquet_group(df: DataFrame, avro: AvroSchema | None) -> DataFrame:
     block = json.dumps({"type": "struct", "optional": False, "fields": schema_fields}, separators=(",", ":"))
     return df.select(
         *E.columns(
-            E.col("_metadata.file_path").alias("file"),
+            landed_file_column().alias("file"),
             E.col("_metadata.row_index").alias("file_pos"),
             E.null("bigint").alias("line"),
             E.to_json(E.struct(*columns), E.map(E.lit("ignoreNullFields"), E.lit("false"))).alias("text"),

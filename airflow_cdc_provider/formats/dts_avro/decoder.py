@@ -45,7 +45,8 @@ from airflow_cdc_provider.formats.events import (
     classify,
 )
 from airflow_cdc_provider.spark import sqlexpr as E
-from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.filesystem import job_filesystem
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column
 
 _HEAD_BYTES = 64
 _TEXT_SUFFIXES = (".json", ".jsonl", ".ndjson", ".txt")
@@ -57,6 +58,7 @@ _JSON_LINE_SCHEMA = StructType([StructField("value", VariantType())])
 
 class DtsAvroDecoder(Decoder):
     name = "dts-avro"
+    worker_modules = ("fastavro", "pyarrow")
     description = (
         "Alibaba DTS Avro Records (Kafka JSON dump with Base64 value, raw messages, or Avro container files)"
     )
@@ -98,23 +100,16 @@ def detect_layouts(spark: SparkSession, files: list[LandedFile]) -> dict[str, st
     """Layout per file path, from its name where that settles it, else from its first 64 bytes.
 
     ``.json``/``.jsonl``/``.ndjson``/``.txt`` and compressed files are JSON lines (Avro containers
-    compress their blocks inside the file); other files are sniffed through the session's Hadoop
-    FileSystem (any scheme Spark reads), a few at a time. Sniffing reads a few bytes per file on
+    compress their blocks inside the file); other files are sniffed through the session's file-system
+    seam (any scheme Spark reads), a few at a time. Sniffing reads a few bytes per file on
     the driver: landings are file listings, not data, at that point.
     """
-    jvm = spark.sparkContext._jvm
-    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    fs = job_filesystem(spark)
 
     def layout(f: LandedFile) -> str:
         if f.compressed or f.size == 0 or f.path.lower().endswith(_TEXT_SUFFIXES):
             return LAYOUT_JSON_LINES
-        path = jvm.org.apache.hadoop.fs.Path(f.path)
-        stream = path.getFileSystem(hadoop_conf).open(path)
-        try:
-            head = bytes(stream.readNBytes(min(f.size, _HEAD_BYTES)))
-        finally:
-            stream.close()
-        return head_layout(head)
+        return head_layout(fs.read_bytes(f.path, 0, min(f.size, _HEAD_BYTES)))
 
     with ThreadPoolExecutor(max_workers=min(_SNIFF_THREADS, max(1, len(files)))) as pool:
         return dict(zip((f.path for f in files), pool.map(layout, files)))
@@ -167,7 +162,7 @@ def _binary_file_messages(spark: SparkSession, paths: list[str]) -> DataFrame:
         .load(paths)
         .select(
             *E.columns(
-                E.col("_metadata.file_path").alias("file"),
+                landed_file_column().alias("file"),
                 E.lit(0).cast("bigint").alias("file_pos"),
                 E.null("bigint").alias("line"),
                 layout.otherwise(E.lit(LAYOUT_MESSAGE)).alias("layout"),

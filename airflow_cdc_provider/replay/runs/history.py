@@ -14,6 +14,7 @@ from airflow_cdc_provider.replay.output import OutputTarget
 from airflow_cdc_provider.replay.read import SKIPPED_PARTITION, decode_function, read_all
 from airflow_cdc_provider.replay.runs.snapshot import rebuild
 from airflow_cdc_provider.replay.spec import SnapshotSpec
+from airflow_cdc_provider.spark import progress
 from airflow_cdc_provider.spark.reader import list_landed_files
 
 
@@ -27,6 +28,7 @@ def run_history(spark: SparkSession, spec: SnapshotSpec) -> dict:
     target.refuse_overlap(spec.inputs)
     with target.exclusive():
         listed, after = spec.partitions.split(list_landed_files(spark, list(spec.inputs)), spec.as_of_ms)
+        progress.phase("listing", files=listed, unread=after)
         decode = decode_function(spark, spec)
         read = read_all(spark, spec, decode, listed, {SKIPPED_PARTITION: after}, None, None)
         try:

@@ -44,6 +44,7 @@ from airflow_cdc_provider.replay.spans import (
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.replay.typed import run_typing_query, table_typing, typed_value
 from airflow_cdc_provider.replay.write import Prewritten
+from airflow_cdc_provider.spark import progress
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.reader import LandedFile, checkpoint_salvaging, list_landed_files
 
@@ -74,7 +75,8 @@ def run_snapshots(spark: SparkSession, specs: Sequence[SnapshotSpec]) -> list[di
         target.refuse_overlap(first.inputs)
     decode = decode_function(spark, first)
     listed = list_landed_files(spark, list(first.inputs))
-    wanted, _ = first.partitions.split(listed, max(s.as_of_ms for s in specs))
+    wanted, unread = first.partitions.split(listed, max(s.as_of_ms for s in specs))
+    progress.phase("listing", files=wanted, unread=unread)
     size_shuffles(spark, wanted)
     order = sorted(range(len(specs)), key=lambda k: specs[k].as_of_ms)
     reads = [{f.path for f in specs[k].partitions.split(listed, specs[k].as_of_ms)[0]} for k in order]
@@ -158,7 +160,9 @@ def _fold_as_ofs_together(
     decoded: list[DataFrame] = []
 
     def build(landed: list[LandedFile]) -> DataFrame:
+        progress.phase("decoding", files=landed)  # one Spark pass with the fold of every AS OF
         decoded[:] = [decode(landed)]
+        progress.phase("fold")
         staged = tagged_events(ignoring_unselected_tables(decoded[0], spec.tables))
         staged = with_as_of_indexes(staged, as_ofs, first_reading_as_ofs(spark, landed, reads))
         return resolve(span_rows(fold_spans(staged, len(as_ofs))), None)
@@ -197,6 +201,7 @@ def _rebuild_each_as_of(
 ) -> list[dict]:
     """Several AS OFs folded one by one over events decoded once and kept, clustered by group and
     sorted, so that no fold shuffles or sorts them again."""
+    progress.phase("decoding", files=wanted)
     decoded_events, decoded = checkpoint_salvaging(spark, wanted, decode)
     staged = tagged_events(ignoring_unselected_tables(decoded_events, specs[0].tables))
     events = clustered_for_fold(staged).persist()
@@ -230,7 +235,7 @@ def _prewrite_tables(
     ``{table: (folder, columns)}``; empty when the outputs lie on different file systems.
     """
     scratch = targets[0].scratch_uri()
-    if any(t.fs.getUri() != targets[0].fs.getUri() for t in targets):
+    if any(t.filesystem_id != targets[0].filesystem_id for t in targets):
         return [{} for _ in specs]
     layouts: dict[tuple[str, tuple], list[int]] = {}
     for index in range(len(specs)):

@@ -28,6 +28,7 @@ from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.replay.typed import run_typing_query
 from airflow_cdc_provider.replay.versions import shown_versions
 from airflow_cdc_provider.replay.write import Prewritten, write_output
+from airflow_cdc_provider.spark import progress
 
 
 def run_snapshot(spark: SparkSession, spec: SnapshotSpec) -> dict:
@@ -77,6 +78,8 @@ def rebuild(
             result.resolved.unpersist()
             result.resolved = named
             groups = run_typing_query(group_counts, named)
+    if history:
+        progress.phase("versions")
     versions = shown_versions(spark, spec, read, result.carries, partial_images) if history else None
     try:
         return write_output(spark, spec, target, read, result.resolved, groups, versions, prewritten)
