@@ -99,22 +99,22 @@ def _run(args: argparse.Namespace, master: str | None, remote: str | None, repor
     """The run itself, reported to ``reporter``: the session, then the snapshots or the history."""
     # Imported here so `cdc-replay formats` and `--help` start without a JVM.
     from airflow_cdc_provider.contract.jvm import java_options_for
-    from airflow_cdc_provider.jobs.run import run_request
+    from airflow_cdc_provider.jobs.run import run_reported
     from airflow_cdc_provider.replay.spec import SnapshotSpec
     from airflow_cdc_provider.spark.session import build_session
 
     request = SnapshotArgs.from_namespace(args, history=args.command == "history")
     specs = SnapshotSpec.each_from_args(request)  # the request's errors before a JVM starts
     get_decoder(specs[0].source_format)
-    # Never the remote URL: it may carry a token.
-    reporter.phase("starting", "starting: Spark Connect session" if remote else "starting: Spark")
-    spark = build_session(
-        master=master, java_options=java_options_for(request), remote=remote, verbose=args.verbose
+    starting = "starting: Spark Connect session" if remote else "starting: Spark"
+    return run_reported(
+        reporter,
+        request,
+        starting,
+        lambda: build_session(
+            master=master, java_options=java_options_for(request), remote=remote, verbose=args.verbose
+        ),
     )
-    reporter.watch(spark)
-    written = run_request(spark, request)
-    reporter.done(written)
-    return written
 
 
 def _configure_logging(*, quiet: bool) -> None:

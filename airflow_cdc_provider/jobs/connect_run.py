@@ -31,25 +31,27 @@ class ConnectRun:
 
     def run(self, request: SnapshotArgs) -> list[dict[str, Any]]:
         """The ``_cdc_metrics.json`` of each snapshot the request writes (one for a history)."""
-        from airflow_cdc_provider.jobs.run import run_request
+        from airflow_cdc_provider.jobs.run import run_reported
         from airflow_cdc_provider.spark.progress import reporter_for
+
+        try:
+            with reporter_for(quiet=self._quiet) as reporter:
+                return run_reported(reporter, request, "starting: Spark Connect session", self._open)
+        finally:
+            with self._lock:
+                session, self._session = self._session, None
+            if session is not None:
+                session.removeTag(self.tag)
+
+    def _open(self) -> SparkSession:
+        """The session, its operations tagged, and kept for ``interrupt``."""
         from airflow_cdc_provider.spark.session import connect_session
 
-        with reporter_for(quiet=self._quiet) as reporter:
-            reporter.phase("starting", "starting: Spark Connect session")
-            spark = connect_session(self._remote, self._conf)
-            spark.addTag(self.tag)
-            with self._lock:
-                self._session = spark
-            try:
-                reporter.watch(spark)
-                written = run_request(spark, request)
-                reporter.done(written)
-                return written
-            finally:
-                with self._lock:
-                    self._session = None
-                spark.removeTag(self.tag)
+        spark = connect_session(self._remote, self._conf)
+        spark.addTag(self.tag)
+        with self._lock:
+            self._session = spark
+        return spark
 
     def interrupt(self) -> int:
         """Interrupt the operations the run has going on the server; how many there were."""

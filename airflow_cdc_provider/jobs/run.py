@@ -8,7 +8,8 @@ Both come here, so a request means the same run wherever it runs.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
@@ -19,6 +20,9 @@ from airflow_cdc_provider.replay.runs.history import run_history
 from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.spark.session import is_connect
+
+if TYPE_CHECKING:
+    from airflow_cdc_provider.spark.progress import Reporter
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +48,19 @@ def run_request(spark: SparkSession, request: SnapshotArgs) -> list[dict[str, An
             f"{decoder.name} decoder runs there: install {', '.join(decoder.worker_modules)} in the "
             f"server's Python (its PYSPARK_PYTHON), or run this format with spark-submit"
         ) from None
+
+
+def run_reported(
+    reporter: Reporter, request: SnapshotArgs, starting: str, open_session: Callable[[], SparkSession]
+) -> list[dict[str, Any]]:
+    """``run_request`` on the session ``open_session`` gives, reported to ``reporter`` from its start
+    (``starting``: the phase's line; never a URL, which may carry a token) to its metrics."""
+    reporter.phase("starting", starting)
+    spark = open_session()
+    reporter.watch(spark)
+    written = run_request(spark, request)
+    reporter.done(written)
+    return written
 
 
 def ship_package(spark: SparkSession, decoder: Decoder) -> None:
