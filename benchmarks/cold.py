@@ -1,13 +1,19 @@
-"""Time ``cdc-replay`` on the bundled sample from a cold start: a new process and JVM each run.
+"""Time ``cdc-replay`` from a cold start: a new process and JVM each run, as an Airflow task pays it.
 
-    python -m benchmarks.cold                    # median of 3, as a user runs it
+    python -m benchmarks.cold                    # the bundled sample, median of 3, as a user runs it
     python -m benchmarks.cold --without-archive  # the same, as if no class archive were built
+    python -m benchmarks.cold --daily /tmp/bench1d/landed   # a daily run against a full rebuild
 
-The target for the quickstart's 305 events is 12 s of wall clock, session start included.
+The target for the quickstart's 305 events is 10 s of wall clock, session start included.
 Each run is a fresh ``cdc-replay snapshot`` process (the console script beside this interpreter);
-its row counts are checked against ``sample_data/expected.json``. ``--without-archive`` points
-``CDC_REPLAY_CACHE_DIR`` at an empty folder, so the driver's JVM starts without the class archive
-of ``contract/jvm.py`` and the figure shows what the archive is worth.
+the sample's row counts are checked against ``sample_data/expected.json``. ``--without-archive``
+points ``CDC_REPLAY_CACHE_DIR`` at an empty folder, so the driver's JVM starts without the class
+archive of ``contract/jvm.py`` and the figure shows what the archive is worth.
+
+``--daily LANDING`` takes a ``--layout two-days`` landing of ``benchmarks.generate``: it builds
+yesterday's snapshot once (as of the landing's cut, with ``--keep-state``, untimed), then times, in
+alternating fresh processes, today's full rebuild (c) and today's run from yesterday's snapshot (e,
+``--base``), both as of the landing's AS OF, and checks both against ``_expected.json``.
 """
 
 from __future__ import annotations
@@ -20,19 +26,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from airflow_cdc_provider.contract.jvm import CACHE_DIR_ENV
 from airflow_cdc_provider.sample_data import SAMPLE_EXPECTED, replay_arguments
+from benchmarks.generate import read_expected
 
 CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 
 
-def cold_run(out: Path, env: dict[str, str]) -> float:
-    """One ``cdc-replay snapshot`` of the sample in its own process; its wall clock in seconds."""
+def cold_run(arguments: list[str], out: Path, env: dict[str, str]) -> tuple[float, dict]:
+    """One ``cdc-replay`` run writing ``out`` in its own process; its wall clock in seconds and metrics."""
     started = time.perf_counter()
     done = subprocess.run(
-        [str(CDC_REPLAY), *replay_arguments(str(out))],
+        [str(CDC_REPLAY), *arguments, "--quiet"],
         capture_output=True,
         text=True,
         env=env,
@@ -41,13 +49,70 @@ def cold_run(out: Path, env: dict[str, str]) -> float:
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"cdc-replay failed ({done.returncode}): {done.stderr[-2000:]}")
-    metrics = json.loads((out / "_cdc_metrics.json").read_text())
-    expected = json.loads(SAMPLE_EXPECTED.read_text())
+    return seconds, json.loads((out / "_cdc_metrics.json").read_text())
+
+
+def check_rows(metrics: dict, want: dict[str, int], what: str) -> None:
     got = {name: table["rows"] for name, table in metrics["tables"].items()}
-    want = {name: table["rows"] for name, table in expected["tables"].items()}
     if got != want:
-        raise RuntimeError(f"the sample's rows differ from expected.json: {got} != {want}")
-    return seconds
+        raise RuntimeError(f"{what}: rows {got}, expected {want}")
+
+
+def sample(work: Path, env: dict[str, str], repeat: int) -> list[float]:
+    """Cold runs of the bundled sample."""
+    expected = json.loads(SAMPLE_EXPECTED.read_text())
+    want = {name: table["rows"] for name, table in expected["tables"].items()}
+    runs = []
+    for i in range(repeat):
+        out = work / f"run-{i}"
+        seconds, metrics = cold_run(replay_arguments(str(out)), out, env)
+        check_rows(metrics, want, "the sample")
+        runs.append(seconds)
+    return runs
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def landing_arguments(landing: Path, expected: dict, as_of_ms: int, out: Path) -> list[str]:
+    """``cdc-replay snapshot`` of a generated landing as of ``as_of_ms`` into ``out``."""
+    return [
+        *("snapshot", "--format", expected["workload"]["source_format"], "--input", str(landing)),
+        *("--as-of", _iso(as_of_ms), "--key", ",".join(expected["key"]), "--output", str(out)),
+    ]
+
+
+def daily(
+    landing: Path, work: Path, env: dict[str, str], repeat: int
+) -> tuple[list[float], list[float], dict]:
+    """``(full rebuild runs, runs from yesterday's snapshot, the last daily run's metrics)``."""
+    expected = read_expected(landing)
+    if expected is None or "cut_ms" not in expected:
+        raise SystemExit(f"{landing} is not a --layout two-days landing of benchmarks.generate")
+    want = {name: n for name, n in expected["tables"].items()}
+    base = work / "yesterday"
+    cold_run([*landing_arguments(landing, expected, expected["cut_ms"], base), "--keep-state"], base, env)
+    full, incremental, metrics = [], [], {}
+    for i in range(repeat):
+        out = work / f"full-{i}"
+        seconds, metrics = cold_run(landing_arguments(landing, expected, expected["as_of_ms"], out), out, env)
+        check_rows(metrics, want, "the full rebuild")
+        full.append(seconds)
+        out = work / f"daily-{i}"
+        arguments = [*landing_arguments(landing, expected, expected["as_of_ms"], out), "--base", str(base)]
+        seconds, metrics = cold_run(arguments, out, env)
+        check_rows(metrics, want, "the run from yesterday's snapshot")
+        if metrics["mode"] != "incremental":
+            raise RuntimeError(
+                f"the daily run fell back to a full rebuild: {metrics['incremental']['reason']}"
+            )
+        incremental.append(seconds)
+    return full, incremental, metrics
+
+
+def _shown(runs: list[float]) -> str:
+    return f"median {statistics.median(runs):.2f} s ({', '.join(f'{s:.2f}' for s in runs)})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,17 +121,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--without-archive", action="store_true", help="start each JVM without the class archive"
     )
+    parser.add_argument(
+        "--daily",
+        type=Path,
+        metavar="LANDING",
+        help="a two-days landing: time a daily run against a full rebuild",
+    )
     args = parser.parse_args(argv)
+    archive = "without the class archive" if args.without_archive else "with the class archive (if built)"
     with tempfile.TemporaryDirectory(prefix="cdc-cold-") as work:
         env = dict(os.environ)
         if args.without_archive:
             env[CACHE_DIR_ENV] = str(Path(work, "no-archive"))
-        runs = [cold_run(Path(work, f"run-{i}"), env) for i in range(args.repeat)]
-    archive = "without the class archive" if args.without_archive else "with the class archive (if built)"
-    shown = ", ".join(f"{s:.2f}" for s in runs)
+        if args.daily is None:
+            runs = sample(Path(work), env, args.repeat)
+            print(f"cold cdc-replay on the bundled sample, {archive}: {_shown(runs)}")
+            return 0
+        full, incremental, metrics = daily(args.daily, Path(work), env, args.repeat)
+    files = metrics["files"]
+    print(f"cold cdc-replay on {args.daily}, {archive}, alternating:")
+    print(f"  (c) full rebuild:                  {_shown(full)}")
     print(
-        f"cold cdc-replay on the bundled sample, {archive}: median {statistics.median(runs):.2f} s ({shown})"
+        f"  (e) from yesterday's snapshot:     {_shown(incremental)}; read {files['read']} file(s), "
+        f"skipped {files['skipped']}"
     )
+    print(f"  e/c cold {statistics.median(incremental) / statistics.median(full):.2f}")
     return 0
 
 

@@ -17,6 +17,9 @@ newer events. So a key's events are spread across files and arrival order is not
 ``dt=YYYY-MM-DD/[hour=HH/]part-NNNNN.json`` by landing time (``.avro`` Avro containers for
 ``debezium-avro``), each partition split into
 ``max(1, round(files / partitions))`` files, so ``--files`` is then a target, not an exact count.
+``two-days`` is a daily run's landing: ``dt=<the day before AS OF's date>/`` holds ``--files`` files
+of everything that landed up to the cut (the last ``--new-share`` of the events up to AS OF land after
+it), ``dt=<AS OF's date>/part-00000`` the rest, late events of day 1 among them.
 
 ``--partial-share`` is the share of updates whose image holds only the key and the changed
 column (formats with partial images: shareplex-json, qlik-json, ogg-json, debezium-mongodb).
@@ -38,7 +41,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from reference.histories import (
@@ -55,7 +58,7 @@ from reference.histories import (
 EXPECTED_FILE = "_expected.json"
 # Every format the generator writes: the line-oriented ones, and those landed as binary files.
 WRITERS = {**ENCODERS, **FILE_ENCODERS}
-LAYOUTS = ("none", "hive-day", "hive-hour")
+LAYOUTS = ("none", "hive-day", "hive-hour", "two-days")
 LATE_SPREAD_S = 3600  # a late event lands at most this far into the slot after its own
 _T0_S = T0 // 1000
 _PARTITION_S = {"hive-day": 86_400, "hive-hour": 3_600}
@@ -77,6 +80,7 @@ class Workload:
     seed: int = 7
     layout: str = "none"
     as_of_share: float = 1.0
+    new_share: float = 0.01  # two-days: the share of the events up to AS OF that land on day 2
 
     def __post_init__(self) -> None:
         if self.source_format not in WRITERS:
@@ -86,6 +90,8 @@ class Workload:
         if min(self.events, self.keys, self.tables, self.files) < 1:
             raise ValueError("--events, --keys, --tables and --files must be at least 1")
         shares = (self.update_share, self.delete_share, self.partial_share, self.late_share, self.as_of_share)
+        if self.layout == "two-days" and not 0 < self.new_share < 1:
+            raise ValueError("--layout two-days needs --new-share between 0 and 1 (both excluded)")
         if not all(0 <= s <= 1 for s in shares) or self.update_share + self.delete_share > 1:
             raise ValueError("shares are between 0 and 1, and --update-share + --delete-share is at most 1")
         if self.partial_share and not WRITERS[self.source_format].partial_images:
@@ -102,6 +108,15 @@ class Workload:
     @property
     def as_of_ms(self) -> int:
         return Change(INSERT, 0, None, None, self.as_of_position).ms
+
+    @property
+    def cut_position(self) -> int:
+        """two-days: the last position (and landing second) of day 1; the rest of AS OF's events are new."""
+        return round(self.as_of_position * (1 - self.new_share))
+
+    @property
+    def cut_ms(self) -> int:
+        return Change(INSERT, 0, None, None, self.cut_position).ms
 
     def table(self, key: int) -> str:
         """The history name (unqualified table) of ``key``."""
@@ -167,23 +182,37 @@ class Slots:
             self.length = math.ceil(w.events / w.files)
             self.count = w.files
             return
+        if w.layout == "two-days":
+            # Day 1: every landing second up to the cut, in --files files; day 2: the rest, one file.
+            self.cut, self.count = w.cut_position, w.files
+            self.length = math.ceil(self.cut / w.files)
+            last_day = datetime.fromtimestamp(w.as_of_ms // 1000, tz=timezone.utc)
+            self.days = [(last_day - timedelta(days=d)).strftime("dt=%Y-%m-%d") for d in (1, 0)]
+            return
         self.partition = _PARTITION_S[w.layout]
         partitions = (_T0_S + w.events) // self.partition - (_T0_S + 1) // self.partition + 1
         self.per_partition = min(self.partition, max(1, round(w.files / partitions)))
         self.length = self.partition / self.per_partition
 
     def slot(self, second: int) -> int:
+        if self.layout == "two-days":
+            return self.count if second > self.cut else min((second - 1) // self.length, self.count - 1)
         if self.layout == "none":
             return min((second - 1) // self.length, self.count - 1)
         return (_T0_S + second) * self.per_partition // self.partition
 
     def next_start(self, slot: int) -> int:
         """The first landing second of the slot after ``slot``."""
+        if self.layout == "two-days":
+            return self.cut + 1 if slot == self.count - 1 else (slot + 1) * self.length + 1
         if self.layout == "none":
             return (slot + 1) * self.length + 1
         return math.ceil((slot + 1) * self.partition / self.per_partition) - _T0_S
 
     def path(self, slot: int) -> str:
+        if self.layout == "two-days":
+            day, part = (self.days[1], 0) if slot == self.count else (self.days[0], slot)
+            return f"{day}/part-{part:05d}{self.suffix}"
         if self.layout == "none":
             return f"part-{slot:05d}{self.suffix}"
         partition, part = divmod(slot, self.per_partition)
@@ -295,6 +324,7 @@ def generate(w: Workload, out: Path) -> dict:
         "workload": asdict(w),
         "as_of": iso(w.as_of_ms) + "Z",
         "as_of_ms": w.as_of_ms,
+        **({"cut_ms": w.cut_ms} if w.layout == "two-days" else {}),
         "key": list(encoder.key),
         "tables": {encoder.table(t): n for t, n in rows_at_as_of.items()},
         "rows": sum(rows_at_as_of.values()),
@@ -337,9 +367,11 @@ _OPTIONS = {  # Workload field -> (option, help)
     "seed": ("--seed", "random seed"),
     "layout": (
         "--layout",
-        "folders by landing time: none, dt=YYYY-MM-DD (hive-day), dt=.../hour=HH (hive-hour)",
+        "folders by landing time: none, dt=YYYY-MM-DD (hive-day), dt=.../hour=HH (hive-hour), "
+        "two-days (the day before AS OF's date: --files files up to the cut; AS OF's date: one file after it)",
     ),
     "as_of_share": ("--as-of-share", "AS OF after this share of the events"),
+    "new_share": ("--new-share", "two-days: the share of the events up to AS OF landing after the cut"),
 }
 
 

@@ -20,7 +20,10 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
     rebuild's other guarantees. The floor of that design on these files (debezium-json only).
 (e) an incremental rebuild (``--base``) when ``--incremental-share`` of the applied events are new:
     a base is built (untimed, ``keep_state``) as of the instant that leaves that share after it,
-    then the rebuild to AS OF starts from it. Its target is e/c <= 0.25 for 1% new events.
+    then the rebuild to AS OF starts from it. On a ``--layout two-days`` landing the base is as of
+    the landing's cut (``--new-share``), so (e) reads only day 2's file, as a daily run does.
+(k) with (e): a plain Spark copy of the base snapshot (read its Parquet tables, write them), the
+    least a run that starts from yesterday's snapshot can cost.
 (f) ``--as-ofs N`` snapshots from one scan (``run_snapshots``), their AS OFs spread evenly over the
     landing's time range, the last one at AS OF (its rows checked like (c)'s). The target for
     30 AS OFs is f/c <= 2. Off unless asked for (``--as-ofs 0``, the default).
@@ -93,6 +96,7 @@ LABELS = {
     "d": f"(d) DuckDB, {DUCKDB_THREADS} threads",
     "v": "(v) the prototype rebuild",
     "e": "(e) incremental rebuild",
+    "k": "(k) copy of the base",
     "f": "(f) several AS OFs",
     "g": "(g) history",
 }
@@ -261,9 +265,18 @@ def history(spark: SparkSession, landing: Landing, out: Path) -> dict:
 
 
 def base_as_of_ms(landing: Landing, new_share: float) -> int:
-    """The instant that leaves ``new_share`` of the events up to AS OF after it."""
+    """The instant that leaves ``new_share`` of the events up to AS OF after it (a two-days
+    landing: its cut, whatever ``new_share``)."""
+    if "cut_ms" in landing.expected:
+        return landing.expected["cut_ms"]
     first_ms, as_of_ms = _time_range(landing)
     return int(as_of_ms - new_share * (as_of_ms - first_ms))
+
+
+def copy_base(spark: SparkSession, base: dict, out: Path) -> None:
+    """(k): read each table of the base snapshot (its metrics ``base``) and write it unchanged."""
+    for name, table in base["tables"].items():
+        spark.read.parquet(table["path"]).write.mode("overwrite").parquet(str(out / name))
 
 
 def _duckdb_type(data_type: DataType) -> str:
@@ -478,7 +491,7 @@ def run_all(
     (a), (b) and (d) read JSON lines; a landing of binary files (``json_lines=False``) times the
     rebuild and the incremental run only.
     """
-    out = {name: workdir / f"out-{name}" for name in "bcdefgv"}
+    out = {name: workdir / f"out-{name}" for name in "bcdefgkv"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
@@ -500,10 +513,17 @@ def run_all(
     else:
         d = Measurement(LABELS["d"], note=binary)
     e, incremental = Measurement(LABELS["e"], note="--incremental-share 0"), None
+    copied = Measurement(LABELS["k"], note="with (e) only")
     if incremental_share > 0:
         base = workdir / "out-e-base"
         shutil.rmtree(base, ignore_errors=True)
-        rebuild(spark, landing, base, base_as_of_ms(landing, incremental_share), keep_state=True)
+        base_metrics = rebuild(
+            spark, landing, base, base_as_of_ms(landing, incremental_share), keep_state=True
+        )
+        copied, _ = measure(
+            LABELS["k"], spark, repeat, lambda: copy_base(spark, base_metrics, out["k"]), remover("k")
+        )
+        copied.note = f"{base_metrics['rows']:,} rows of the base"
         e, incremental = measure(
             LABELS["e"],
             spark,
@@ -512,8 +532,11 @@ def run_all(
             remover("e"),
         )
         e.rows = incremental["rows"]
+        share = 1 - (base_as_of_ms(landing, incremental_share) - _time_range(landing)[0]) / (
+            landing.expected["as_of_ms"] - _time_range(landing)[0]
+        )
         e.note = (
-            f"{incremental['mode']}, {incremental_share:.1%} new events: read {incremental['files']['read']} "
+            f"{incremental['mode']}, {share:.1%} new events: read {incremental['files']['read']} "
             f"file(s) ({incremental['files']['bytes'] / MIB:,.1f} MiB), skipped {incremental['files']['skipped']}"
         )
     f, several = Measurement(LABELS["f"], note="--as-ofs 0"), None
@@ -546,7 +569,7 @@ def run_all(
         v.rows = sum(spark.read.parquet(str(table)).count() for table in out["v"].iterdir())
     if c.runs:
         c.rows = metrics["rows"]
-    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f, "g": g, "v": v}
+    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "k": copied, "f": f, "g": g, "v": v}
 
     expected = landing.expected
     mismatches = [
@@ -596,6 +619,7 @@ def run_all(
             "c/b": ratio(c, b),
             "c/d": ratio(c, d),
             "e/c": ratio(e, c),
+            "e/k": ratio(e, copied),
             "f/c": ratio(f, c),
             "g/c": ratio(g, c),
             "v/b": ratio(v, b),
@@ -642,13 +666,15 @@ def report_text(report: dict) -> str:
     lines += [
         "",
         f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   e/c {_num(r.get('e/c'))}   "
+        f"e/k {_num(r.get('e/k'))}   "
         f"f/c {_num(r.get('f/c'))}   g/c {_num(r.get('g/c'))}   v/b {_num(r.get('v/b'))}   c/v {_num(r.get('c/v'))}   "
         f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
     ]
-    c = report["measurements"]["c"]
-    if c["phases"]:
-        lines += ["", f"{c['label']}, median run, time per call site (jobs started there):"]
-        lines += [f"  {p['seconds']:7.2f} s  {p['jobs']:>3}  {p['site']}" for p in c["phases"]]
+    for name in ("c", "e"):
+        m = report["measurements"].get(name)
+        if m and m["phases"]:
+            lines += ["", f"{m['label']}, median run, time per call site (jobs started there):"]
+            lines += [f"  {p['seconds']:7.2f} s  {p['jobs']:>3}  {p['site']}" for p in m["phases"]]
     lines += [f"MISMATCH: {text}" for text in report["mismatches"]]
     return "\n".join(lines)
 
@@ -714,7 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         "--incremental-share",
         type=float,
         default=0.01,
-        help="(e): share of the applied events after the base's AS OF (default 0.01; 0 skips it)",
+        help="(e) and (k): share of the applied events after the base's AS OF (default 0.01; 0 skips "
+        "them; a two-days landing's base is as of its cut)",
     )
     parser.add_argument(
         "--as-ofs",

@@ -29,12 +29,19 @@ class CdcSnapshotOperator(BaseCdcReplayOperator):
         datetime. ``None`` or an empty rendered string means the run's data interval end. A list of
         instants rebuilds one snapshot per instant from a single scan of the landing; the task then
         returns the list of their metrics, and its asset event lists every snapshot. (templated)
-    :param base_path: an earlier output of this operator written with ``keep_state``: apply only
-        the events after its AS OF (``--base``). A missing or unusable base, or late events before
-        it, make a full rebuild; the metrics' ``incremental`` block says which. Not with a list of
-        AS OFs or ``whole_transactions``. (templated)
-    :param keep_state: also write ``_cdc_state/`` so a later run can use this output as its base
-        (implied by ``base_path``). Not with a list of AS OFs or ``whole_transactions``.
+    :param base_path: an earlier output of this operator written with ``keep_state`` (``--base``):
+        read only the landed files it did not cover and fold their events onto its rows. Late
+        events (at or before its AS OF, in files it did not read) are folded too and counted. The
+        job rebuilds from the whole landing instead when the base is missing or has no state, was
+        made with other options or a later AS OF, or when the new events cannot be folded onto it
+        (a late DDL or truncate, a partial image older than the base's row); the snapshot is the
+        same either way. The metrics say which: ``mode`` is ``"incremental"`` or ``"full"``, and
+        the ``incremental`` block gives the base, its AS OF, ``applied``, the ``reason`` for a
+        full rebuild and ``late_events``. Not with a list of AS OFs or ``whole_transactions``.
+        (templated)
+    :param keep_state: also write ``_cdc_state/`` beside the snapshot so that a later run can use
+        this output as its base. Implied by ``base_path``: a run given a base writes state even
+        when it falls back to a full rebuild. Not with a list of AS OFs or ``whole_transactions``.
     """
 
     template_fields: Sequence[str] = (*INPUT_FIELDS, "as_of", *OPTION_FIELDS, "base_path")

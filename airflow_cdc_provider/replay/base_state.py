@@ -257,13 +257,14 @@ def state_rows(resolved: DataFrame) -> DataFrame:
     )
 
 
+def _newest_event_ms() -> Column:
+    """A file's horizon: its newest event time (0 for records without one)."""
+    return F.max(F.coalesce(F.col("event_ms"), F.lit(0)))
+
+
 def file_horizons(events: DataFrame) -> dict[str, int | None]:
     """Newest event time of each landed file read (0 for records without one)."""
-    rows = (
-        events.groupBy("file")
-        .agg(F.max(F.coalesce(F.col("event_ms"), F.lit(0))).alias(C.NEWEST_MS))
-        .collect()
-    )
+    rows = events.groupBy("file").agg(_newest_event_ms().alias(C.NEWEST_MS)).collect()
     return {r["file"]: r[C.NEWEST_MS] for r in rows}
 
 
@@ -287,12 +288,14 @@ class NewEvents:
     late: int  # row changes at or before the base's AS OF, in files the base did not read
     why_full: str | None  # why they cannot be folded onto the base (a full rebuild is needed)
     whole_tables: list[str]  # tables with a truncate or DDL: every base row of theirs is folded again
+    horizons: dict[str, int | None]  # each file's newest event time (``file_horizons``)
 
 
 def scan_new_events(
     events: DataFrame, state: BaseState, reread_paths: set[str], partial_images: bool
 ) -> NewEvents:
-    """One pass over this run's decoded events: late changes, unreplayable ones, tables changed whole.
+    """One pass over this run's decoded events: late changes, unreplayable ones, tables changed
+    whole, and each file's horizon (one small aggregation per file, summed here).
 
     ``events`` are those decoded from files the base did not cover; ``reread_paths`` the files it
     read before (re-read because they also held later events). Late DDL and truncates (and, for
@@ -303,26 +306,35 @@ def scan_new_events(
     is_truncate = is_change & (F.col("op") == OP_TRUNCATE)
     is_ddl = (F.col("kind") == KIND_IGNORED) & (F.col("reason") == IGNORED_DDL)
     structural = (is_ddl & late) | (is_truncate & (late | F.lit(partial_images)))
-    found = events.select(
-        F.count(F.when(is_change & late & ~is_truncate, 1)).alias(C.LATE),
-        F.count(F.when(structural, 1)).alias(C.STRUCTURAL),
-        F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias(
-            C.FIRST_STRUCTURAL
-        ),
-        F.collect_set(
-            F.when((is_ddl | is_truncate) & ~applied_by_base(state, reread_paths), F.col("table"))
-        ).alias(C.WHOLE_TABLES),
-    ).first()
-    whole_tables = sorted(found[C.WHOLE_TABLES])
-    if found[C.STRUCTURAL]:
-        f = found[C.FIRST_STRUCTURAL]
+    per_file = (
+        events.groupBy("file")
+        .agg(
+            _newest_event_ms().alias(C.NEWEST_MS),
+            F.count(F.when(is_change & late & ~is_truncate, 1)).alias(C.LATE),
+            F.count(F.when(structural, 1)).alias(C.STRUCTURAL),
+            F.min_by(F.struct("file", "line", "file_pos", "op"), F.when(structural, F.col("file_pos"))).alias(
+                C.FIRST_STRUCTURAL
+            ),
+            F.collect_set(
+                F.when((is_ddl | is_truncate) & ~applied_by_base(state, reread_paths), F.col("table"))
+            ).alias(C.WHOLE_TABLES),
+        )
+        .collect()
+    )
+    horizons = {r["file"]: r[C.NEWEST_MS] for r in per_file}
+    late_count = sum(r[C.LATE] for r in per_file)
+    whole_tables = sorted({t for r in per_file for t in r[C.WHOLE_TABLES]})
+    structural_count = sum(r[C.STRUCTURAL] for r in per_file)
+    if structural_count:
+        firsts = [r[C.FIRST_STRUCTURAL] for r in per_file if r[C.FIRST_STRUCTURAL] is not None]
+        f = min(firsts, key=lambda s: (s["file_pos"], s["file"]))
         what = "truncate" if f["op"] == OP_TRUNCATE else "DDL"
         why = (
-            f"{found[C.STRUCTURAL]} DDL or truncate event(s) the base's rows cannot replay "
+            f"{structural_count} DDL or truncate event(s) the base's rows cannot replay "
             f"(first: {what} in {position_text(f['file'], f['line'], f['file_pos'])})"
         )
-        return NewEvents(found[C.LATE], why, whole_tables)
-    return NewEvents(found[C.LATE], None, whole_tables)
+        return NewEvents(late_count, why, whole_tables, horizons)
+    return NewEvents(late_count, None, whole_tables, horizons)
 
 
 def unreplayable_partials(folded: DataFrame) -> int:

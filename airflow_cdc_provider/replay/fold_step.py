@@ -103,7 +103,7 @@ def fold_and_resolve(
         events = ignoring_unselected_tables(read.events, spec.tables)
         keyed, carried = _with_base_rows(spark, read, with_as_of_flags(events, spec.as_of_ms))
         changes = None
-        if read.kept:
+        if read.may_change_tables:
             # Tiny (truncates and column drops only), read by the fold and by resolve: computed once.
             changes = table_changes(events, spec.as_of_ms).localCheckpoint(eager=True)
             kept.append(changes)

@@ -76,6 +76,12 @@ class Input:
     whole_tables: list[str] = field(default_factory=list)  # tables whose base rows are all folded again
     kept: bool = True
 
+    @property
+    def may_change_tables(self) -> bool:
+        """Kept events may hold an applied truncate or column drop: not so on a base whose new
+        events hold no truncate or DDL at all (``scan_new_events`` found no ``whole_tables``)."""
+        return self.kept and (self.base is None or bool(self.whole_tables))
+
 
 def _base_mismatch(spec: SnapshotSpec, state: BaseState) -> str | None:
     if state.format != spec.source_format:
@@ -149,7 +155,7 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_
         scan = scan_new_events(events, state, reread, partial_images)
         why_full = scan.why_full
         if why_full is None:
-            horizons = file_horizons(events) if spec.writes_state else {}
+            horizons = scan.horizons
             in_base = applied_by_base(state, reread) & F.col("kind").isin(KIND_CHANGE, KIND_IGNORED)
             marked = (
                 events.withColumns(

@@ -90,6 +90,7 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
         "c": expected["rows"],
         "d": report["rows"]["d"],
         "e": expected["rows"],
+        "k": None,
         "f": expected["rows"],
         "g": expected["rows"],
         "v": expected["rows"],
@@ -98,6 +99,9 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
     ((table, _),) = expected["tables"].items()
     assert rows_of(spark, work / "out-e" / table) == folded(DEBEZIUM)  # (e) started from a base at 70%
     assert report["measurements"]["e"]["note"].startswith("incremental, 30.0% new events: read ")
+    # (k): the base's tables copied as they are.
+    assert rows_of(spark, work / "out-k" / table) == rows_of(spark, work / "out-e-base" / table)
+    assert report["measurements"]["k"]["note"].endswith(" rows of the base") and report["ratios"]["e/k"] > 0
     # (f): three snapshots from one scan, the last at AS OF: the same rows as (c).
     last = sorted((work / "out-f").iterdir())[-1]
     assert len(list((work / "out-f").iterdir())) == 3
@@ -223,5 +227,48 @@ def test_cold_runs_rebuild_the_sample_in_their_own_process(capsys):
     assert re.fullmatch(
         r"cold cdc-replay on the bundled sample, with the class archive \(if built\): "
         r"median (\d+\.\d\d) s \((\d+\.\d\d)\)\n",
+        printed,
+    ), printed
+
+
+TWO_DAYS = Workload(events=2_000, keys=200, files=3, late_share=0.2, layout="two-days", new_share=0.05)
+
+
+def test_two_days_landing_puts_the_new_events_in_their_own_day(spark, tmp_path_factory):
+    """A daily run's landing: (e) starts from the snapshot as of the cut and reads day 2's file only."""
+    work, expected, report = bench(spark, tmp_path_factory, TWO_DAYS, incremental_share=0.01)
+    landed = sorted(f.relative_to(work / "landed").as_posix() for f in (work / "landed").rglob("part-*"))
+    assert landed == [
+        *(f"dt=2024-09-01/part-{i:05d}.json" for i in range(3)),
+        "dt=2024-09-02/part-00000.json",
+    ]
+    assert expected["cut_ms"] == TWO_DAYS.cut_ms == TWO_DAYS.as_of_ms - 100_000  # 5% of 2,000 seconds
+    day2 = (work / "landed" / landed[-1]).read_text().splitlines()
+    assert (
+        sum(json.loads(line)["source"]["pos"] > 1_900 for line in day2) == 100
+    )  # every new event, plus late ones
+    assert report["mismatches"] == []
+    assert report["measurements"]["e"]["note"] == (
+        f"incremental, 5.0% new events: read 1 file(s) "
+        f"({(work / 'landed' / landed[-1]).stat().st_size / 2**20:,.1f} MiB), skipped 3"
+    )
+    ((table, _),) = expected["tables"].items()
+    assert rows_of(spark, work / "out-e" / table) == folded(TWO_DAYS)
+
+
+def test_cold_daily_runs_compare_a_base_run_with_a_full_rebuild(tmp_path, capsys):
+    """``benchmarks.cold --daily``: yesterday's snapshot once, then full and incremental runs, rows checked."""
+    import re
+
+    from benchmarks.cold import main as cold_main
+
+    generate(TWO_DAYS, tmp_path / "landed")
+    assert cold_main(["--repeat", "1", "--daily", str(tmp_path / "landed")]) == 0
+    printed = capsys.readouterr().out
+    assert re.fullmatch(
+        rf"cold cdc-replay on {tmp_path}/landed, with the class archive \(if built\), alternating:\n"
+        r"  \(c\) full rebuild: +median \d+\.\d\d s \(\d+\.\d\d\)\n"
+        r"  \(e\) from yesterday's snapshot: +median \d+\.\d\d s \(\d+\.\d\d\); read 1 file\(s\), skipped 3\n"
+        r"  e/c cold \d+\.\d\d\n",
         printed,
     ), printed
