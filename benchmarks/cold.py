@@ -12,8 +12,10 @@ archive of ``contract/jvm.py`` and the figure shows what the archive is worth.
 
 ``--daily LANDING`` takes a ``--layout two-days`` landing of ``benchmarks.generate``: it builds
 yesterday's snapshot once (as of the landing's cut, with ``--keep-state``, untimed), then times, in
-alternating fresh processes, today's full rebuild (c) and today's run from yesterday's snapshot (e,
-``--base``), both as of the landing's AS OF, and checks both against ``_expected.json``.
+alternating fresh processes, today's full rebuild (c), today's run from yesterday's snapshot (e,
+``--base``), both as of the landing's AS OF and checked against ``_expected.json``, and, for a
+Debezium landing, the hand-written window job (b) as a plain PySpark process of its own (its
+session built with ``SparkSession.builder``, the same master and driver memory): cold c/b.
 """
 
 from __future__ import annotations
@@ -83,18 +85,64 @@ def landing_arguments(landing: Path, expected: dict, as_of_ms: int, out: Path) -
     ]
 
 
+# The generator's Debezium envelope, as a data engineer declares it in a hand-written job.
+DEBEZIUM_SCHEMA = (
+    "op STRING, ts_ms BIGINT, before STRUCT<id: BIGINT, name: STRING, qty: BIGINT>, "
+    "after STRUCT<id: BIGINT, name: STRING, qty: BIGINT>, "
+    "source STRUCT<db: STRING, table: STRING, ts_ms: BIGINT, file: STRING, pos: BIGINT, row: BIGINT>"
+)
+
+
+def window_process(landing: Path, out: Path) -> None:
+    """The child of a cold (b) run: a plain PySpark session and ``benchmarks.run.window_job``."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from benchmarks.run import Landing, window_job
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    try:
+        window_job(spark, Landing.open(landing), StructType.fromDDL(DEBEZIUM_SCHEMA), out)
+    finally:
+        spark.stop()
+
+
+def cold_window(landing: Path, out: Path, env: dict[str, str]) -> float:
+    """One cold (b) in its own process; its wall clock in seconds."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cold", "--window-job", str(landing), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"the window job failed ({done.returncode}): {done.stderr[-2000:]}")
+    return seconds
+
+
 def daily(
     landing: Path, work: Path, env: dict[str, str], repeat: int
-) -> tuple[list[float], list[float], dict]:
-    """``(full rebuild runs, runs from yesterday's snapshot, the last daily run's metrics)``."""
+) -> tuple[list[float], list[float], list[float], dict]:
+    """``(window job runs, full rebuild runs, runs from yesterday's snapshot, the last daily run's
+    metrics)``; no window job runs for a format other than Debezium's."""
     expected = read_expected(landing)
     if expected is None or "cut_ms" not in expected:
         raise SystemExit(f"{landing} is not a --layout two-days landing of benchmarks.generate")
     want = {name: n for name, n in expected["tables"].items()}
     base = work / "yesterday"
     cold_run([*landing_arguments(landing, expected, expected["cut_ms"], base), "--keep-state"], base, env)
-    full, incremental, metrics = [], [], {}
+    window, full, incremental, metrics = [], [], [], {}
     for i in range(repeat):
+        if expected["workload"]["source_format"] == "debezium-json":
+            window.append(cold_window(landing, work / f"window-{i}", env))
         out = work / f"full-{i}"
         seconds, metrics = cold_run(landing_arguments(landing, expected, expected["as_of_ms"], out), out, env)
         check_rows(metrics, want, "the full rebuild")
@@ -108,7 +156,7 @@ def daily(
                 f"the daily run fell back to a full rebuild: {metrics['incremental']['reason']}"
             )
         incremental.append(seconds)
-    return full, incremental, metrics
+    return window, full, incremental, metrics
 
 
 def _shown(runs: list[float]) -> str:
@@ -127,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LANDING",
         help="a two-days landing: time a daily run against a full rebuild",
     )
+    parser.add_argument("--window-job", nargs=2, type=Path, help=argparse.SUPPRESS)  # a cold (b)'s child
     args = parser.parse_args(argv)
+    if args.window_job:
+        window_process(*args.window_job)
+        return 0
     archive = "without the class archive" if args.without_archive else "with the class archive (if built)"
     with tempfile.TemporaryDirectory(prefix="cdc-cold-") as work:
         env = dict(os.environ)
@@ -137,15 +189,20 @@ def main(argv: list[str] | None = None) -> int:
             runs = sample(Path(work), env, args.repeat)
             print(f"cold cdc-replay on the bundled sample, {archive}: {_shown(runs)}")
             return 0
-        full, incremental, metrics = daily(args.daily, Path(work), env, args.repeat)
+        window, full, incremental, metrics = daily(args.daily, Path(work), env, args.repeat)
     files = metrics["files"]
     print(f"cold cdc-replay on {args.daily}, {archive}, alternating:")
+    if window:
+        print(f"  (b) window job, plain PySpark:     {_shown(window)}")
     print(f"  (c) full rebuild:                  {_shown(full)}")
     print(
         f"  (e) from yesterday's snapshot:     {_shown(incremental)}; read {files['read']} file(s), "
         f"skipped {files['skipped']}"
     )
-    print(f"  e/c cold {statistics.median(incremental) / statistics.median(full):.2f}")
+    ratios = [f"e/c cold {statistics.median(incremental) / statistics.median(full):.2f}"]
+    if window:
+        ratios.append(f"c/b cold {statistics.median(full) / statistics.median(window):.2f}")
+    print("  " + "   ".join(ratios))
     return 0
 
 

@@ -267,8 +267,9 @@ def test_cold_daily_runs_compare_a_base_run_with_a_full_rebuild(tmp_path, capsys
     printed = capsys.readouterr().out
     assert re.fullmatch(
         rf"cold cdc-replay on {tmp_path}/landed, with the class archive \(if built\), alternating:\n"
+        r"  \(b\) window job, plain PySpark: +median \d+\.\d\d s \(\d+\.\d\d\)\n"
         r"  \(c\) full rebuild: +median \d+\.\d\d s \(\d+\.\d\d\)\n"
         r"  \(e\) from yesterday's snapshot: +median \d+\.\d\d s \(\d+\.\d\d\); read 1 file\(s\), skipped 3\n"
-        r"  e/c cold \d+\.\d\d\n",
+        r"  e/c cold \d+\.\d\d   c/b cold \d+\.\d\d\n",
         printed,
     ), printed
