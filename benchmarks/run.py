@@ -24,6 +24,10 @@ The landing is generated into ``WORKDIR/landed`` by ``benchmarks.generate`` (reu
     the landing's cut (``--new-share``), so (e) reads only day 2's file, as a daily run does.
 (k) with (e): a plain Spark copy of the base snapshot (read its Parquet tables, write them), the
     least a run that starts from yesterday's snapshot can cost.
+(w) with (e) and ``--prototype``: the daily run's prototype (``benchmarks.prototype``): the files the
+    base did not read folded on their own, the base's tables and state rows copied without the keys
+    they touch, the new rows appended. The floor of a run from yesterday's snapshot that still
+    writes its state (debezium-json only).
 (f) ``--as-ofs N`` snapshots from one scan (``run_snapshots``), their AS OFs spread evenly over the
     landing's time range, the last one at AS OF (its rows checked like (c)'s). The target for
     30 AS OFs is f/c <= 2. Off unless asked for (``--as-ofs 0``, the default).
@@ -79,7 +83,7 @@ from benchmarks.generate import (
     read_expected,
     workload_from_args,
 )
-from benchmarks.prototype import prototype_job
+from benchmarks.prototype import daily_prototype_job, prototype_job
 
 MIB = 2**20
 SAMPLE_LINES_PER_FILE = 2_000
@@ -97,6 +101,7 @@ LABELS = {
     "v": "(v) the prototype rebuild",
     "e": "(e) incremental rebuild",
     "k": "(k) copy of the base",
+    "w": "(w) the daily prototype",
     "f": "(f) several AS OFs",
     "g": "(g) history",
 }
@@ -271,6 +276,16 @@ def base_as_of_ms(landing: Landing, new_share: float) -> int:
         return landing.expected["cut_ms"]
     first_ms, as_of_ms = _time_range(landing)
     return int(as_of_ms - new_share * (as_of_ms - first_ms))
+
+
+def daily_prototype(spark: SparkSession, landing: Landing, base: Path, out: Path) -> None:
+    """(w): ``benchmarks.prototype.daily_prototype_job`` on the files ``base`` did not read."""
+    _require_window_format(landing)
+    state = json.loads((base / "_cdc_state" / "state.json").read_text())
+    read = {path.removeprefix("file:") for path in state["files"]}
+    (key,) = landing.expected["key"]
+    new = [f for f in landing.files if f not in read]
+    daily_prototype_job(spark, base, new, landing.expected["as_of_ms"], key, out)
 
 
 def copy_base(spark: SparkSession, base: dict, out: Path) -> None:
@@ -491,7 +506,7 @@ def run_all(
     (a), (b) and (d) read JSON lines; a landing of binary files (``json_lines=False``) times the
     rebuild and the incremental run only.
     """
-    out = {name: workdir / f"out-{name}" for name in "bcdefgkv"}
+    out = {name: workdir / f"out-{name}" for name in "bcdefgkvw"}
 
     def remover(name: str) -> Callable[[], None]:
         return lambda: shutil.rmtree(out[name], ignore_errors=True)
@@ -514,6 +529,7 @@ def run_all(
         d = Measurement(LABELS["d"], note=binary)
     e, incremental = Measurement(LABELS["e"], note="--incremental-share 0"), None
     copied = Measurement(LABELS["k"], note="with (e) only")
+    daily = Measurement(LABELS["w"], note="with (e) and --prototype")
     if incremental_share > 0:
         base = workdir / "out-e-base"
         shutil.rmtree(base, ignore_errors=True)
@@ -532,6 +548,21 @@ def run_all(
             remover("e"),
         )
         e.rows = incremental["rows"]
+        if with_prototype:
+            daily, _ = measure(
+                LABELS["w"],
+                spark,
+                repeat,
+                lambda: daily_prototype(spark, landing, base, out["w"]),
+                remover("w"),
+            )
+            if daily.runs:
+                daily.rows = sum(
+                    spark.read.parquet(str(t)).count()
+                    for t in out["w"].iterdir()
+                    if not t.name.startswith("_")
+                )
+                daily.note = "not exact for events older than the base's row of their key"
         share = 1 - (base_as_of_ms(landing, incremental_share) - _time_range(landing)[0]) / (
             landing.expected["as_of_ms"] - _time_range(landing)[0]
         )
@@ -569,7 +600,7 @@ def run_all(
         v.rows = sum(spark.read.parquet(str(table)).count() for table in out["v"].iterdir())
     if c.runs:
         c.rows = metrics["rows"]
-    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "k": copied, "f": f, "g": g, "v": v}
+    measurements = {"a": a, "b": b, "c": c, "d": d, "e": e, "k": copied, "w": daily, "f": f, "g": g, "v": v}
 
     expected = landing.expected
     mismatches = [
@@ -620,6 +651,7 @@ def run_all(
             "c/d": ratio(c, d),
             "e/c": ratio(e, c),
             "e/k": ratio(e, copied),
+            "w/k": ratio(daily, copied),
             "f/c": ratio(f, c),
             "g/c": ratio(g, c),
             "v/b": ratio(v, b),
@@ -666,7 +698,7 @@ def report_text(report: dict) -> str:
     lines += [
         "",
         f"c/a {_num(r['c/a'])}   c/b {_num(r['c/b'])}   c/d {_num(r['c/d'])}   e/c {_num(r.get('e/c'))}   "
-        f"e/k {_num(r.get('e/k'))}   "
+        f"e/k {_num(r.get('e/k'))}   w/k {_num(r.get('w/k'))}   "
         f"f/c {_num(r.get('f/c'))}   g/c {_num(r.get('g/c'))}   v/b {_num(r.get('v/b'))}   c/v {_num(r.get('c/v'))}   "
         f"rebuild {_num(report['rebuild_events_per_s'], 0)} events/s   expected rows {report['rows']['expected']:,}",
     ]

@@ -61,6 +61,41 @@ def test_small_local_inputs_get_quick_compilation_and_large_or_remote_ones_do_no
     assert jvm.java_options_for(request(str(tmp_path / "in"), base=str(tmp_path / "base"))) == []
 
 
+def test_a_run_from_a_base_counts_only_the_files_the_base_did_not_read(tmp_path, cache_dir, monkeypatch):
+    """A daily run lists the whole landing; the days its base read are not read again."""
+    day1, day2 = tmp_path / "in" / "dt=1", tmp_path / "in" / "dt=2"
+    day1.mkdir(parents=True)
+    day2.mkdir()
+    (day1 / "a.json").write_bytes(b"x" * 5000)
+    (day1 / "b.json").write_bytes(b"x" * 3000)
+    (day2 / "c.json").write_bytes(b"y" * 400)
+    state = tmp_path / "base" / "_cdc_state"
+    state.mkdir(parents=True)
+    read = {f"file:{day1 / 'a.json'}": [5000, 1], f"file:{day1 / 'b.json'}": [2999, 1]}  # b grew since
+    (state / "state.json").write_text(json.dumps({"version": 1, "files": read}))
+    base_bytes = (state / "state.json").stat().st_size
+    assert jvm.files_read_by_base(str(tmp_path / "base")) == {
+        str(day1 / "a.json"): 5000,
+        str(day1 / "b.json"): 2999,
+    }
+    assert jvm.files_read_by_base(str(tmp_path / "nothing")) == {}
+    assert jvm.files_read_by_base("s3a://lake/snapshots/day1") == {}
+    covered = jvm.files_read_by_base(str(tmp_path / "base"))
+    assert jvm.local_input_bytes([str(tmp_path / "in")], 10**6, covered) == 3400
+
+    request = SnapshotArgs.build(
+        source_format="debezium-json",
+        input_paths=[str(tmp_path / "in")],
+        output_path=str(tmp_path / "out"),
+        as_of="2024-01-01T00:00:00Z",
+        base_path=str(tmp_path / "base"),
+    )
+    monkeypatch.setattr(jvm, "QUICK_START_MAX_BYTES", 3400 + base_bytes)
+    assert jvm.java_options_for(request) == [QUICK]
+    monkeypatch.setattr(jvm, "QUICK_START_MAX_BYTES", 3399 + base_bytes)
+    assert jvm.java_options_for(request) == []
+
+
 def test_the_class_archive_is_used_once_built_and_named_for_this_jdk_and_pyspark(cache_dir):
     import pyspark
 
