@@ -215,10 +215,14 @@ def _no_events(spark: SparkSession, keys: KeyConfig) -> DataFrame:
 
 
 def decode_function(spark: SparkSession, spec: SnapshotSpec) -> Decode:
-    """The run's decode step: landed files (and context files) to keyed canonical events."""
+    """The run's decode step: landed files (and context files) to keyed canonical events; none
+    for no files (an AS OF before every partition reads none)."""
     decoder = get_decoder(spec.source_format)
 
     def decode(landed: list[LandedFile], context: Sequence[LandedFile] = ()) -> DataFrame:
+        if not landed:
+            events = _no_events(spark, spec.keys)
+            return with_transaction_times(events) if spec.whole_transactions else events
         options = replace(spec.decode_options, context_files=tuple(context))
         events = with_keys(decoder.decode(spark, landed, options), spec.keys)
         return with_transaction_times(events) if spec.whole_transactions else events

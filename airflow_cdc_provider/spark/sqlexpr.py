@@ -173,8 +173,11 @@ class Expr:
         return self._predicate("IS NOT NULL")
 
     def isin(self, *values: Any) -> Expr:
+        """``IN (...)``; false for no values, where SQL has no empty list."""
         if len(values) == 1 and isinstance(values[0], (list, tuple, set)):
             values = tuple(values[0])
+        if not values:
+            return Expr("false")
         return self._predicate(f"IN ({', '.join(_value(v) for v in values)})")
 
     def cast(self, data_type: str | DataType) -> Expr:

@@ -122,6 +122,49 @@ def test_each_as_of_reads_only_the_partitions_its_run_would(spark, tmp_path):
     assert (together[1]["rows"], together[1]["events"]) == (expected["rows"], expected["events"])
 
 
+def test_an_as_of_before_every_partition_reads_nothing_as_it_would_alone(spark, tmp_path):
+    """An AS OF before the landing's first day leaves every partition unread (it failed alone,
+    decoding no files)."""
+    as_ofs = ["2024-08-20T00:00:00Z", "2024-09-03T00:00:00Z"]
+    args = SnapshotArgs.build(
+        source_format="debezium-json",
+        input_paths=str(SAMPLE_LANDING),
+        output_path=str(tmp_path / "dt={as_of:%Y-%m-%d}"),
+        as_of=as_ofs,
+        key_columns="id",
+    )
+    together = run_snapshots(spark, SnapshotSpec.each_from_args(args))
+    assert [(m["files"]["read"], m["files"]["skipped"], m["rows"]) for m in together] == [
+        (0, 13, 0),
+        (13, 0, 83),
+    ]
+    for as_of, metrics in zip(as_ofs, together):
+        spec = spec_from_keywords(
+            source_format="debezium-json",
+            inputs=[str(SAMPLE_LANDING)],
+            as_of=as_of,
+            output=str(tmp_path / f"alone-{as_of[:10]}"),
+            key=["id"],
+        )
+        _assert_same_snapshot(spark, metrics, run_snapshot(spark, spec))
+
+
+def test_an_as_of_folded_on_its_own_can_read_no_file(spark):
+    """The per-AS-OF fold picks each AS OF's events by file; an AS OF that reads none takes none
+    (its filter was an empty SQL ``IN ()``, which Spark refuses to parse)."""
+    from airflow_cdc_provider.replay.runs.many_as_ofs import _input_of_as_of
+    from airflow_cdc_provider.spark.reader import LandedFile
+
+    landed = [LandedFile("file:/landing/dt=2024-09-02/a.json", 10, 0)]
+    events = spark.createDataFrame([("file:/landing/dt=2024-09-02/a.json",)], "file string")
+    read = _input_of_as_of(events, landed, landed, set(), kept=True)
+    assert (read.events.count(), read.files, read.skipped) == (
+        0,
+        [],
+        {"partition starts after AS OF + lateness": landed},
+    )
+
+
 def test_a_snapshot_that_cannot_be_written_leaves_the_others_written(spark, tmp_path):
     """Each snapshot commits on its own: a folder holding someone else's files stops the run there."""
     taken = tmp_path / "dt=2024-09-02"

@@ -35,6 +35,7 @@ def _pairs() -> dict:
         "comparison of comparisons": ((a > b) == (b > c), (A > B) == (B > C)),
         "null test of a comparison": ((a == b).isNull(), (A == B).isNull()),
         "membership of a comparison": ((a < b).isin(True), (A < B).isin(True)),
+        "membership in no values": (c.isin([]), C.isin([])),
         "negated null test": (~a.isNull(), ~A.isNull()),
         "null-safe equality of a sum": ((a + b).eqNullSafe(c), (A + B).eqNullSafe(C)),
         "element of a built array": (
