@@ -15,7 +15,8 @@ yesterday's snapshot once (as of the landing's cut, with ``--keep-state``, untim
 alternating fresh processes, today's full rebuild (c), today's run from yesterday's snapshot (e,
 ``--base``), both as of the landing's AS OF and checked against ``_expected.json``, and, for a
 Debezium landing, the hand-written window job (b) as a plain PySpark process of its own (its
-session built with ``SparkSession.builder``, the same master and driver memory): cold c/b.
+session built with ``SparkSession.builder``, the same master and driver memory): cold c/b; with
+``--prototype`` also the prototype rebuild (v) the same way: the design's floor, cold.
 """
 
 from __future__ import annotations
@@ -93,11 +94,13 @@ DEBEZIUM_SCHEMA = (
 )
 
 
-def window_process(landing: Path, out: Path) -> None:
-    """The child of a cold (b) run: a plain PySpark session and ``benchmarks.run.window_job``."""
+def plain_process(job: str, landing: Path, out: Path) -> None:
+    """The child of a cold (b) or (v) run: a plain PySpark session and the hand-written ``job``
+    (``window``: ``benchmarks.run.window_job``; ``prototype``: ``benchmarks.prototype.prototype_job``)."""
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from benchmarks.prototype import prototype_job
     from benchmarks.run import Landing, window_job
 
     spark = (
@@ -107,16 +110,21 @@ def window_process(landing: Path, out: Path) -> None:
         .getOrCreate()
     )
     try:
-        window_job(spark, Landing.open(landing), StructType.fromDDL(DEBEZIUM_SCHEMA), out)
+        opened = Landing.open(landing)
+        if job == "window":
+            window_job(spark, opened, StructType.fromDDL(DEBEZIUM_SCHEMA), out)
+        else:
+            (key,) = opened.expected["key"]
+            prototype_job(spark, list(opened.files), opened.expected["as_of_ms"], key, out)
     finally:
         spark.stop()
 
 
-def cold_window(landing: Path, out: Path, env: dict[str, str]) -> float:
-    """One cold (b) in its own process; its wall clock in seconds."""
+def cold_plain(job: str, landing: Path, out: Path, env: dict[str, str]) -> float:
+    """One cold (b) or (v) in its own process; its wall clock in seconds."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cold", "--window-job", str(landing), str(out)],
+        [sys.executable, "-m", "benchmarks.cold", "--plain-job", job, str(landing), str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -124,29 +132,33 @@ def cold_window(landing: Path, out: Path, env: dict[str, str]) -> float:
     )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        raise RuntimeError(f"the window job failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise RuntimeError(f"the {job} job failed ({done.returncode}): {done.stderr[-2000:]}")
     return seconds
 
 
 def daily(
-    landing: Path, work: Path, env: dict[str, str], repeat: int
-) -> tuple[list[float], list[float], list[float], dict]:
-    """``(window job runs, full rebuild runs, runs from yesterday's snapshot, the last daily run's
-    metrics)``; no window job runs for a format other than Debezium's."""
+    landing: Path, work: Path, env: dict[str, str], repeat: int, with_prototype: bool = False
+) -> tuple[dict[str, list[float]], dict]:
+    """The runs of each measurement (``b``, ``v`` with ``with_prototype``, ``c``, ``e``) and the last
+    daily run's metrics; (b) and (v) only for a Debezium landing."""
     expected = read_expected(landing)
     if expected is None or "cut_ms" not in expected:
         raise SystemExit(f"{landing} is not a --layout two-days landing of benchmarks.generate")
     want = {name: n for name, n in expected["tables"].items()}
     base = work / "yesterday"
     cold_run([*landing_arguments(landing, expected, expected["cut_ms"], base), "--keep-state"], base, env)
-    window, full, incremental, metrics = [], [], [], {}
+    plain = ["window", *(["prototype"] * with_prototype)]
+    if expected["workload"]["source_format"] != "debezium-json":
+        plain = []
+    runs: dict[str, list[float]] = {name: [] for name in ("b", "v", "c", "e")}
+    metrics: dict = {}
     for i in range(repeat):
-        if expected["workload"]["source_format"] == "debezium-json":
-            window.append(cold_window(landing, work / f"window-{i}", env))
+        for job in plain:
+            runs["b" if job == "window" else "v"].append(cold_plain(job, landing, work / f"{job}-{i}", env))
         out = work / f"full-{i}"
         seconds, metrics = cold_run(landing_arguments(landing, expected, expected["as_of_ms"], out), out, env)
         check_rows(metrics, want, "the full rebuild")
-        full.append(seconds)
+        runs["c"].append(seconds)
         out = work / f"daily-{i}"
         arguments = [*landing_arguments(landing, expected, expected["as_of_ms"], out), "--base", str(base)]
         seconds, metrics = cold_run(arguments, out, env)
@@ -155,8 +167,8 @@ def daily(
             raise RuntimeError(
                 f"the daily run fell back to a full rebuild: {metrics['incremental']['reason']}"
             )
-        incremental.append(seconds)
-    return window, full, incremental, metrics
+        runs["e"].append(seconds)
+    return runs, metrics
 
 
 def _shown(runs: list[float]) -> str:
@@ -175,10 +187,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LANDING",
         help="a two-days landing: time a daily run against a full rebuild",
     )
-    parser.add_argument("--window-job", nargs=2, type=Path, help=argparse.SUPPRESS)  # a cold (b)'s child
+    parser.add_argument(
+        "--prototype",
+        action="store_true",
+        help="with --daily: also the prototype rebuild (v) in a plain process",
+    )
+    parser.add_argument("--plain-job", nargs=3, help=argparse.SUPPRESS)  # a cold (b) or (v)'s child
     args = parser.parse_args(argv)
-    if args.window_job:
-        window_process(*args.window_job)
+    if args.plain_job:
+        plain_process(args.plain_job[0], Path(args.plain_job[1]), Path(args.plain_job[2]))
         return 0
     archive = "without the class archive" if args.without_archive else "with the class archive (if built)"
     with tempfile.TemporaryDirectory(prefix="cdc-cold-") as work:
@@ -189,19 +206,26 @@ def main(argv: list[str] | None = None) -> int:
             runs = sample(Path(work), env, args.repeat)
             print(f"cold cdc-replay on the bundled sample, {archive}: {_shown(runs)}")
             return 0
-        window, full, incremental, metrics = daily(args.daily, Path(work), env, args.repeat)
+        runs, metrics = daily(args.daily, Path(work), env, args.repeat, args.prototype)
     files = metrics["files"]
+    median = {name: statistics.median(r) for name, r in runs.items() if r}
     print(f"cold cdc-replay on {args.daily}, {archive}, alternating:")
-    if window:
-        print(f"  (b) window job, plain PySpark:     {_shown(window)}")
-    print(f"  (c) full rebuild:                  {_shown(full)}")
+    if runs["b"]:
+        print(f"  (b) window job, plain PySpark:     {_shown(runs['b'])}")
+    if runs["v"]:
+        print(f"  (v) prototype, plain PySpark:      {_shown(runs['v'])}")
+    print(f"  (c) full rebuild:                  {_shown(runs['c'])}")
     print(
-        f"  (e) from yesterday's snapshot:     {_shown(incremental)}; read {files['read']} file(s), "
+        f"  (e) from yesterday's snapshot:     {_shown(runs['e'])}; read {files['read']} file(s), "
         f"skipped {files['skipped']}"
     )
-    ratios = [f"e/c cold {statistics.median(incremental) / statistics.median(full):.2f}"]
-    if window:
-        ratios.append(f"c/b cold {statistics.median(full) / statistics.median(window):.2f}")
+    ratios = [f"e/c cold {median['e'] / median['c']:.2f}"]
+    ratios += [f"c/b cold {median['c'] / median['b']:.2f}"] if "b" in median else []
+    ratios += (
+        [f"v/b cold {median['v'] / median['b']:.2f}", f"c/v cold {median['c'] / median['v']:.2f}"]
+        if "v" in median
+        else []
+    )
     print("  " + "   ".join(ratios))
     return 0
 

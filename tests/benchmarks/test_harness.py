@@ -257,19 +257,21 @@ def test_two_days_landing_puts_the_new_events_in_their_own_day(spark, tmp_path_f
 
 
 def test_cold_daily_runs_compare_a_base_run_with_a_full_rebuild(tmp_path, capsys):
-    """``benchmarks.cold --daily``: yesterday's snapshot once, then full and incremental runs, rows checked."""
+    """``benchmarks.cold --daily --prototype``: yesterday's snapshot once, then the window job, the
+    prototype, full and incremental runs, each a new process; the rebuilds' rows checked."""
     import re
 
     from benchmarks.cold import main as cold_main
 
     generate(TWO_DAYS, tmp_path / "landed")
-    assert cold_main(["--repeat", "1", "--daily", str(tmp_path / "landed")]) == 0
+    assert cold_main(["--repeat", "1", "--daily", str(tmp_path / "landed"), "--prototype"]) == 0
     printed = capsys.readouterr().out
     assert re.fullmatch(
         rf"cold cdc-replay on {tmp_path}/landed, with the class archive \(if built\), alternating:\n"
         r"  \(b\) window job, plain PySpark: +median \d+\.\d\d s \(\d+\.\d\d\)\n"
+        r"  \(v\) prototype, plain PySpark: +median \d+\.\d\d s \(\d+\.\d\d\)\n"
         r"  \(c\) full rebuild: +median \d+\.\d\d s \(\d+\.\d\d\)\n"
         r"  \(e\) from yesterday's snapshot: +median \d+\.\d\d s \(\d+\.\d\d\); read 1 file\(s\), skipped 3\n"
-        r"  e/c cold \d+\.\d\d   c/b cold \d+\.\d\d\n",
+        r"  e/c cold \d+\.\d\d   c/b cold \d+\.\d\d   v/b cold \d+\.\d\d   c/v cold \d+\.\d\d\n",
         printed,
     ), printed

@@ -23,7 +23,7 @@ from airflow_cdc_provider.formats import get_decoder
 from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
 from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
 from airflow_cdc_provider.replay.spec import SnapshotSpec, spec_from_keywords
-from airflow_cdc_provider.sample_data import SAMPLE_LANDING
+from airflow_cdc_provider.sample_data import SAMPLE_AS_OF, SAMPLE_LANDING
 from reference.histories import ENCODERS, land, random_history
 from reference.histories import T0 as HISTORY_T0
 
@@ -93,60 +93,42 @@ def test_each_snapshot_is_the_run_of_its_as_of_alone(fmt, spark, tmp_path, caplo
     assert_accounted(together[-1], tables, Path(together[-1]["output"].removeprefix("file:")), fmt, expected)
 
 
-def test_each_as_of_reads_only_the_partitions_its_run_would(spark, tmp_path):
+@pytest.mark.parametrize(
+    "as_ofs, reads",
+    [
+        (
+            ["2024-09-01T12:00:00Z", SAMPLE_AS_OF, "2024-09-03T00:00:00Z"],
+            [(5, 8, 91), (10, 3, 83), (13, 0, 83)],
+        ),
+        # Before the first day every partition is left unread (a run alone failed, decoding no files).
+        (["2024-08-20T00:00:00Z", "2024-09-03T00:00:00Z"], [(0, 13, 0), (13, 0, 83)]),
+    ],
+)
+def test_each_as_of_reads_only_the_partitions_its_run_would(spark, tmp_path, as_ofs, reads):
     """The sample's daily partitions: an earlier AS OF leaves later days unread, as it would alone."""
-    expected = json.loads((REPO / "airflow_cdc_provider" / "sample_data" / "expected.json").read_text())
-    days = ["2024-09-01T12:00:00Z", expected["as_of"], "2024-09-03T00:00:00Z"]
     args = SnapshotArgs.build(
         source_format="debezium-json",
         input_paths=str(SAMPLE_LANDING),
         output_path=str(tmp_path / "dt={as_of:%Y-%m-%dT%H}"),
-        as_of=days,
-        key_columns="id",
-    )
-    together = run_snapshots(spark, SnapshotSpec.each_from_args(args))
-    assert [(m["files"]["read"], m["files"]["skipped"], m["rows"]) for m in together] == [
-        (5, 8, 91),
-        (10, 3, 83),
-        (13, 0, 83),
-    ]
-    for day, metrics in zip(days, together):
-        spec = spec_from_keywords(
-            source_format="debezium-json",
-            inputs=[str(SAMPLE_LANDING)],
-            as_of=day,
-            output=str(tmp_path / f"alone-{day[:10]}"),
-            key=["id"],
-        )
-        _assert_same_snapshot(spark, metrics, run_snapshot(spark, spec))
-    assert (together[1]["rows"], together[1]["events"]) == (expected["rows"], expected["events"])
-
-
-def test_an_as_of_before_every_partition_reads_nothing_as_it_would_alone(spark, tmp_path):
-    """An AS OF before the landing's first day leaves every partition unread (it failed alone,
-    decoding no files)."""
-    as_ofs = ["2024-08-20T00:00:00Z", "2024-09-03T00:00:00Z"]
-    args = SnapshotArgs.build(
-        source_format="debezium-json",
-        input_paths=str(SAMPLE_LANDING),
-        output_path=str(tmp_path / "dt={as_of:%Y-%m-%d}"),
         as_of=as_ofs,
         key_columns="id",
     )
     together = run_snapshots(spark, SnapshotSpec.each_from_args(args))
-    assert [(m["files"]["read"], m["files"]["skipped"], m["rows"]) for m in together] == [
-        (0, 13, 0),
-        (13, 0, 83),
-    ]
+    assert [(m["files"]["read"], m["files"]["skipped"], m["rows"]) for m in together] == reads
     for as_of, metrics in zip(as_ofs, together):
         spec = spec_from_keywords(
             source_format="debezium-json",
             inputs=[str(SAMPLE_LANDING)],
             as_of=as_of,
-            output=str(tmp_path / f"alone-{as_of[:10]}"),
+            output=str(tmp_path / f"alone-{as_of[:13]}"),
             key=["id"],
         )
         _assert_same_snapshot(spark, metrics, run_snapshot(spark, spec))
+        if as_of == SAMPLE_AS_OF:
+            expected = json.loads(
+                (REPO / "airflow_cdc_provider" / "sample_data" / "expected.json").read_text()
+            )
+            assert (metrics["rows"], metrics["events"]) == (expected["rows"], expected["events"])
 
 
 def test_an_as_of_folded_on_its_own_can_read_no_file(spark):
