@@ -91,6 +91,7 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
         "d": report["rows"]["d"],
         "e": expected["rows"],
         "k": None,
+        "w": report["rows"]["w"],
         "f": expected["rows"],
         "g": expected["rows"],
         "v": expected["rows"],
@@ -99,6 +100,9 @@ def test_debezium_rebuild_is_the_folded_history(spark, debezium):
     ((table, _),) = expected["tables"].items()
     assert rows_of(spark, work / "out-e" / table) == folded(DEBEZIUM)  # (e) started from a base at 70%
     assert report["measurements"]["e"]["note"].startswith("incremental, 30.0% new events: read ")
+    # (w), the daily prototype: the base's rows without the keys the new files touch, plus theirs.
+    ids = [r["id"] for r in rows_of(spark, work / "out-w" / table)]
+    assert len(ids) == len(set(ids)) == report["rows"]["w"] > 0
     # (k): the base's tables copied as they are.
     assert rows_of(spark, work / "out-k" / table) == rows_of(spark, work / "out-e-base" / table)
     assert report["measurements"]["k"]["note"].endswith(" rows of the base") and report["ratios"]["e/k"] > 0
