@@ -39,19 +39,19 @@ from benchmarks.generate import read_expected
 CDC_REPLAY = Path(sys.executable).with_name("cdc-replay")
 
 
-def cold_run(arguments: list[str], out: Path, env: dict[str, str]) -> tuple[float, dict]:
-    """One ``cdc-replay`` run writing ``out`` in its own process; its wall clock in seconds and metrics."""
+def timed_process(command: list[str], env: dict[str, str], what: str) -> float:
+    """Run ``command`` in a new process; its wall clock in seconds. Fails with its stderr's tail."""
     started = time.perf_counter()
-    done = subprocess.run(
-        [str(CDC_REPLAY), *arguments, "--quiet"],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
+    done = subprocess.run(command, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
-        raise RuntimeError(f"cdc-replay failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise RuntimeError(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return seconds
+
+
+def cold_run(arguments: list[str], out: Path, env: dict[str, str]) -> tuple[float, dict]:
+    """One ``cdc-replay`` run writing ``out`` in its own process; its wall clock in seconds and metrics."""
+    seconds = timed_process([str(CDC_REPLAY), *arguments, "--quiet"], env, "cdc-replay")
     return seconds, json.loads((out / "_cdc_metrics.json").read_text())
 
 
@@ -122,18 +122,8 @@ def plain_process(job: str, landing: Path, out: Path) -> None:
 
 def cold_plain(job: str, landing: Path, out: Path, env: dict[str, str]) -> float:
     """One cold (b) or (v) in its own process; its wall clock in seconds."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cold", "--plain-job", job, str(landing), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        stdin=subprocess.DEVNULL,
-    )
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"the {job} job failed ({done.returncode}): {done.stderr[-2000:]}")
-    return seconds
+    command = [sys.executable, "-m", "benchmarks.cold", "--plain-job", job, str(landing), str(out)]
+    return timed_process(command, env, f"the {job} job")
 
 
 def daily(

@@ -26,6 +26,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, VariantType
 
+from airflow_cdc_provider.contract.metrics import STATE_DIR
+from airflow_cdc_provider.replay.base_state import ROWS_DIR
+
 _SOURCE = StructType(
     [
         StructField("db", StringType()),
@@ -131,7 +134,7 @@ def daily_prototype_job(
         new.select(F.col("latest.after").cast(struct).alias("r")).select("r.*").write.mode("append").parquet(
             str(out / table)
         )
-    state = spark.read.parquet(str(base / "_cdc_state" / "rows"))
+    state = spark.read.parquet(str(base / STATE_DIR / ROWS_DIR))
     kept_state = state.join(
         touched, (state["table"] == touched["table"]) & (state["_key"][0] == touched["key"]), "left_anti"
     )

@@ -70,6 +70,7 @@ from pyspark.sql.types import (
 )
 
 from airflow_cdc_provider.contract.args import SnapshotArgs
+from airflow_cdc_provider.contract.metrics import STATE_DIR, STATE_FILE
 from airflow_cdc_provider.contract.paths import is_hidden
 from airflow_cdc_provider.replay.runs.history import run_history
 from airflow_cdc_provider.replay.runs.many_as_ofs import run_snapshots
@@ -281,7 +282,7 @@ def base_as_of_ms(landing: Landing, new_share: float) -> int:
 def daily_prototype(spark: SparkSession, landing: Landing, base: Path, out: Path) -> None:
     """(w): ``benchmarks.prototype.daily_prototype_job`` on the files ``base`` did not read."""
     _require_window_format(landing)
-    state = json.loads((base / "_cdc_state" / "state.json").read_text())
+    state = json.loads((base / STATE_DIR / STATE_FILE).read_text())
     read = {path.removeprefix("file:") for path in state["files"]}
     (key,) = landing.expected["key"]
     new = [f for f in landing.files if f not in read]
@@ -289,7 +290,7 @@ def daily_prototype(spark: SparkSession, landing: Landing, base: Path, out: Path
 
 
 def copy_base(spark: SparkSession, base: dict, out: Path) -> None:
-    """(k): read each table of the base snapshot (its metrics ``base``) and write it unchanged."""
+    """(k): read each table of the base snapshot (``base``: its metrics) and write it unchanged."""
     for name, table in base["tables"].items():
         spark.read.parquet(table["path"]).write.mode("overwrite").parquet(str(out / name))
 
@@ -533,9 +534,8 @@ def run_all(
     if incremental_share > 0:
         base = workdir / "out-e-base"
         shutil.rmtree(base, ignore_errors=True)
-        base_metrics = rebuild(
-            spark, landing, base, base_as_of_ms(landing, incremental_share), keep_state=True
-        )
+        base_ms = base_as_of_ms(landing, incremental_share)
+        base_metrics = rebuild(spark, landing, base, base_ms, keep_state=True)
         copied, _ = measure(
             LABELS["k"], spark, repeat, lambda: copy_base(spark, base_metrics, out["k"]), remover("k")
         )
@@ -563,9 +563,8 @@ def run_all(
                     if not t.name.startswith("_")
                 )
                 daily.note = "not exact for events older than the base's row of their key"
-        share = 1 - (base_as_of_ms(landing, incremental_share) - _time_range(landing)[0]) / (
-            landing.expected["as_of_ms"] - _time_range(landing)[0]
-        )
+        first_ms, as_of_ms = _time_range(landing)
+        share = (as_of_ms - base_ms) / (as_of_ms - first_ms)
         e.note = (
             f"{incremental['mode']}, {share:.1%} new events: read {incremental['files']['read']} "
             f"file(s) ({incremental['files']['bytes'] / MIB:,.1f} MiB), skipped {incremental['files']['skipped']}"

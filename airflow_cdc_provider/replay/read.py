@@ -220,11 +220,12 @@ def decode_function(spark: SparkSession, spec: SnapshotSpec) -> Decode:
     decoder = get_decoder(spec.source_format)
 
     def decode(landed: list[LandedFile], context: Sequence[LandedFile] = ()) -> DataFrame:
-        if not landed:
-            events = _no_events(spark, spec.keys)
-            return with_transaction_times(events) if spec.whole_transactions else events
         options = replace(spec.decode_options, context_files=tuple(context))
-        events = with_keys(decoder.decode(spark, landed, options), spec.keys)
+        events = (
+            with_keys(decoder.decode(spark, landed, options), spec.keys)
+            if landed
+            else _no_events(spark, spec.keys)
+        )
         return with_transaction_times(events) if spec.whole_transactions else events
 
     return decode
