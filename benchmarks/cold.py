@@ -32,7 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from airflow_cdc_provider.contract.jvm import CACHE_DIR_ENV
+from airflow_cdc_provider.contract.jvm import CACHE_DIR_ENV, LOCAL_DRIVER_MEMORY
 from airflow_cdc_provider.sample_data import SAMPLE_EXPECTED, replay_arguments
 from benchmarks.generate import read_expected
 
@@ -106,7 +106,7 @@ def plain_process(job: str, landing: Path, out: Path) -> None:
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "2g")
+        .config("spark.driver.memory", LOCAL_DRIVER_MEMORY)  # as cdc-replay's local driver
         .getOrCreate()
     )
     try:

@@ -35,6 +35,8 @@ from airflow_cdc_provider.contract.metrics import STATE_DIR, STATE_FILE
 from airflow_cdc_provider.contract.paths import is_local_path, local_path
 
 QUICK_START_MAX_BYTES = 64 * 1024 * 1024
+# A local-mode driver's heap (it runs the executors too): the embedded session's and the hook's.
+LOCAL_DRIVER_MEMORY = "2g"
 # Where archives live unless CDC_REPLAY_CACHE_DIR says otherwise.
 CACHE_DIR_ENV = "CDC_REPLAY_CACHE_DIR"
 JAVA_OPTIONS_CONF = "spark.driver.extraJavaOptions"

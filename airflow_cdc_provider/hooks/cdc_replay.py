@@ -33,7 +33,6 @@ from airflow_cdc_provider.contract.paths import is_local_path, local_path
 # Spark property naming each submission, so on_kill finds its processes among this one's.
 SUBMISSION_TOKEN_CONF = "spark.cdc.submission"
 _LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
-LOCAL_DRIVER_MEMORY = "2g"  # same as the embedded local session of spark/session.py
 # Levels Spark's spark.log.level accepts (log4j's).
 LOG_LEVELS = ("ALL", "DEBUG", "ERROR", "FATAL", "INFO", "OFF", "TRACE", "WARN")
 DEFAULT_DRIVER_LOG_LEVEL = "WARN"
@@ -276,7 +275,7 @@ class CdcReplayHook(BaseHook):
         if target.is_local_master:
             # In local mode the driver JVM does all the work; spark-submit starts it before the job
             # can configure anything, so the job's own local default (spark/session.py) goes here.
-            conf.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
+            conf.setdefault("spark.driver.memory", jvm.LOCAL_DRIVER_MEMORY)
             driver_options.extend(java_options)
         merged = jvm.merged_java_options(driver_options, conf.get(jvm.JAVA_OPTIONS_CONF))
         if merged:

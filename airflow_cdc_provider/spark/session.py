@@ -58,7 +58,7 @@ _JOB_CONF = {
 _LOCAL_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.memory": "2g",
+    "spark.driver.memory": jvm.LOCAL_DRIVER_MEMORY,
 }
 
 

@@ -10,6 +10,7 @@ written as null and counted in ``tables.<t>.unavailable_values``.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import sys
 from pathlib import Path
@@ -259,6 +260,46 @@ def test_an_incremental_run_keeps_the_bases_values_and_its_unknown_ones(spark, t
         == full["tables"][TABLE]["unavailable_values"]
         == unknown
     )
+
+
+def _plain(op: str, pos: int, after: dict) -> dict:
+    """A Debezium record without a schema block (its arrays read as arrays of numbers)."""
+    at = T0 + pos * 1000
+    source = {
+        "connector": "postgresql",
+        "db": "shop",
+        "schema": "public",
+        "table": "nums",
+        "ts_ms": at,
+        "lsn": pos,
+    }
+    return {"op": op, "ts_ms": at + 5, "before": None, "after": after, "source": source}
+
+
+def test_number_arrays_carry_the_placeholder_as_its_bytes_written_with_or_without_spaces(spark, tmp_path):
+    """int and bigint arrays hold the placeholder's bytes as numbers; JSON writers differ in spacing."""
+    numbers = list(P.encode())
+    landing = write_jsonl(
+        tmp_path / "in" / "nums.json",
+        [
+            _plain("c", 1, {"id": 1, "label": "a", "ids": [1, 2]}),
+            json.dumps(_plain("u", 2, {"id": 1, "label": "b", "ids": numbers}), separators=(",", ":")),
+            _plain("c", 3, {"id": 2, "label": "c", "ids": [3]}),
+            _plain("u", 4, {"id": 2, "label": "d", "ids": numbers}),  # json.dumps: ", " between numbers
+            _plain("u", 5, {"id": 3, "label": "e", "ids": numbers}),  # nothing earlier to keep
+            _plain("c", 6, {"id": 4, "label": "f", "ids": [*numbers, 1]}),  # data, not the placeholder
+        ],
+    )
+    metrics = run_snapshot(spark, _spec(landing, tmp_path / "out", END))
+    table = "shop.public.nums"
+    assert _rows(spark, metrics, table) == [
+        {"id": 1, "label": "b", "ids": "[1,2]"},
+        {"id": 2, "label": "d", "ids": "[3]"},
+        {"id": 3, "label": "e", "ids": None},
+        {"id": 4, "label": "f", "ids": json.dumps([*numbers, 1], separators=(",", ":"))},
+    ]
+    assert metrics["tables"][table]["unavailable_values"] == {"ids": 1}
+    assert_events_add_up(metrics)
 
 
 def test_custom_and_hex_placeholders_replace_the_default(spark, tmp_path):
