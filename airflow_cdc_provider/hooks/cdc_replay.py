@@ -274,7 +274,7 @@ class CdcReplayHook(BaseHook):
             driver_options.append(jvm.log4j_java_option())
         if target.is_local_master:
             # In local mode the driver JVM does all the work; spark-submit starts it before the job
-            # can configure anything, so the job's own local default (spark/session.py) goes here.
+            # can configure anything, so the embedded session's default (jvm.LOCAL_DRIVER_MEMORY) goes here.
             conf.setdefault("spark.driver.memory", jvm.LOCAL_DRIVER_MEMORY)
             driver_options.extend(java_options)
         merged = jvm.merged_java_options(driver_options, conf.get(jvm.JAVA_OPTIONS_CONF))
