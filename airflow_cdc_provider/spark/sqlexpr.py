@@ -340,6 +340,35 @@ def struct(*fields: Expr | str) -> Expr:
     return Expr(f"named_struct({', '.join(parts)})")
 
 
+def typed_lit(value: Any, data_type: DataType) -> Expr:
+    """A literal of ``data_type`` from a value as ``collect`` returns it (structs as Rows or dicts,
+    arrays as lists, maps as dicts or, to keep their order, lists of key-value pairs such as
+    ``map_entries`` gives: a collected dict has lost it): a value computed once on the driver,
+    which Spark can then fold into the expressions that read it."""
+    return Expr(_nested_literal(value, data_type))
+
+
+def _nested_literal(value: Any, data_type: DataType) -> str:
+    if value is None:
+        return f"CAST(NULL AS {_type(data_type)})"
+    if isinstance(data_type, MapType):
+        entries = [
+            part
+            for k, v in (value.items() if isinstance(value, dict) else value)
+            for part in (_nested_literal(k, data_type.keyType), _nested_literal(v, data_type.valueType))
+        ]
+        return f"CAST(map({', '.join(entries)}) AS {_type(data_type)})"
+    if isinstance(data_type, StructType):
+        fields = [
+            f"{_literal(f.name)}, {_nested_literal(value[f.name], f.dataType)}" for f in data_type.fields
+        ]
+        return f"named_struct({', '.join(fields)})"
+    if isinstance(data_type, ArrayType):
+        items = [_nested_literal(v, data_type.elementType) for v in value]
+        return f"CAST(array({', '.join(items)}) AS {_type(data_type)})"
+    return f"CAST({_literal(value)} AS {_type(data_type)})"
+
+
 def null(data_type: str | DataType) -> Expr:
     """A typed NULL (``F.lit(None).cast(t)``)."""
     return Expr(f"CAST(NULL AS {_type(data_type)})")

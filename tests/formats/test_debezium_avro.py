@@ -332,6 +332,51 @@ def test_records_and_files_that_cannot_be_decoded_are_quarantined(spark, replay,
     assert_events_add_up(metrics)
 
 
+def test_files_of_several_schemas_and_a_header_past_the_first_read_are_typed_by_their_own_schema(
+    spark, tmp_path
+):
+    """Schema blocks are read on the driver, one per file: a header longer than the first read is
+    read whole, and files of two schemas each keep their own types."""
+    landing = tmp_path / "in"
+    write(landing / "a.avro", container(EVERY_OP))
+    long_doc = {**envelope_schema(), "doc": "x" * 70_000}  # the header passes 64 KiB
+    write(landing / "b.avro", container(EVERY_OP, schema=long_doc))
+    narrow = [c for c in PRODUCT_COLUMNS if c["name"] in ("id", "name", "price")]
+    rows = [envelope("c", None, {"id": 9, "name": "cart", "price": Decimal("1.25")}, 99)]
+    write(landing / "c.avro", container(rows, schema=envelope_schema(columns=narrow)))
+    events = decode_events(spark, FMT, landing)
+    by_file = {
+        name: [e for e in events if Path(e["file"]).name == name] for name in ("a.avro", "b.avro", "c.avro")
+    }
+    assert [{k: e[k] for k in COMPARED} for e in by_file["b.avro"]] == [
+        {k: e[k] for k in COMPARED} for e in by_file["a.avro"]
+    ]
+    assert by_file["b.avro"][0]["after"]["price"] == Decimal("12.50")
+    (narrow_event,) = by_file["c.avro"]
+    assert narrow_event["types"] == {"id": "int", "name": "string", "price": "decimal(10,2)"}
+    assert narrow_event["after"] == {"id": 9, "name": "cart", "price": Decimal("1.25")}
+
+
+def test_a_header_the_driver_cannot_read_quarantines_its_records(spark, tmp_path, monkeypatch):
+    """The worker decodes a file whose schema block the driver did not get (a file replaced between
+    the two reads): its records would go untyped, so they are quarantined instead."""
+    from airflow_cdc_provider.formats.debezium import avro as decoder
+
+    landing = tmp_path / "in"
+    write(landing / "a.avro", container(EVERY_OP[:2]))
+    unreadable = write(landing / "b.avro", container(EVERY_OP[:1])).read_bytes()
+    read = decoder.container_block
+    # The driver's header reads only (the workers are other processes); b.avro is one short read.
+    monkeypatch.setattr(decoder, "container_block", lambda head: None if head == unreadable else read(head))
+    events = decode_events(spark, FMT, landing)
+    got = [(Path(e["file"]).name, e["file_pos"], e["kind"], e["reason"]) for e in events]
+    assert got == [
+        ("a.avro", 0, "change", None),
+        ("a.avro", 1, "change", None),
+        ("b.avro", 0, "quarantined", "bad Avro"),
+    ]
+
+
 def test_a_codec_without_its_library_stops_the_job_clearly(spark, tmp_path):
     data = container([envelope("c", None, product(1), 1)], codec="null")
     # The same file, declaring the snappy codec (fastavro needs cramjam for it, which is not installed).

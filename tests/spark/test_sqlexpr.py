@@ -90,3 +90,25 @@ def test_only_the_brackets_the_grammar_needs_are_written():
         == "CASE WHEN `x` THEN 1 WHEN `y` THEN 2 ELSE 3 END"
     )
     assert E.max(a).over("PARTITION BY `b`")["f"].sql == "(max(`a`) OVER (PARTITION BY `b`))['f']"
+
+
+def test_a_typed_literal_gives_back_the_value_it_was_made_from_in_order(spark):
+    from pyspark.sql.types import ArrayType, BooleanType, MapType, StringType, StructField, StructType
+
+    entry = StructType([StructField("type", StringType()), StructField("codec", StringType())])
+    data_type = StructType(
+        [
+            StructField("columns", MapType(StringType(), entry)),
+            StructField("names", ArrayType(StringType())),
+            StructField("flag", BooleanType()),
+            StructField("none", MapType(StringType(), StringType())),
+        ]
+    )
+    # Entries as map_entries collects them: the order is the value, as a dict from collect loses it.
+    columns = [("zeta", {"type": "bigint", "codec": None}), ("alpha", {"type": "binary", "codec": "base64"})]
+    value = {"columns": columns, "names": ["it's", None], "flag": True, "none": None}
+    row = spark.range(1).select(E.typed_lit(value, data_type).alias("v").column()).collect()[0]
+    assert row.v.columns == {"zeta": ("bigint", None), "alpha": ("binary", "base64")}
+    ordered = spark.range(1).select(E.map_keys(E.typed_lit(value, data_type)["columns"]).alias("k").column())
+    assert ordered.collect()[0].k == ["zeta", "alpha"]
+    assert (row.v.names, row.v.flag, row.v.none) == (["it's", None], True, None)

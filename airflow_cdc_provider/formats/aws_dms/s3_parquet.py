@@ -57,7 +57,7 @@ def parquet_rows(spark: SparkSession, files: list[LandedFile], catalog: Catalog)
         )
     if readable:
         per_file = file_table(spark, readable, catalog, with_names=False).drop("types")
-        for frame in parquet_frames(spark, [f.path for f in readable]):
+        for _, frame in parquet_frames(spark, [f.path for f in readable]):
             parts.append(_parquet_group(frame, per_file, catalog.options.timestamp_column))
     return parts
 

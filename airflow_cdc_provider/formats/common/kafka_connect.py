@@ -72,27 +72,30 @@ _LOGICAL = {
     "io.debezium.time.NanoTime": ("string", "time_ns"),
     "io.debezium.data.VariableScaleDecimal": ("string", "vsdecimal"),
 }
+_LOGICAL_TYPES = {name: spark_type for name, (spark_type, _) in _LOGICAL.items()}
+_LOGICAL_CODECS = {name: codec for name, (_, codec) in _LOGICAL.items()}
+# Plain types whose JSON value is not the value itself.
+_PLAIN_CODECS = {"bytes": "base64", "struct": "json", "array": "json", "map": "json"}
 DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
 
 
 def column_types(columns: Expr) -> Expr:
-    """``array<COLUMN_SCHEMA>`` -> ``map<column, struct<type, codec>>`` (null when no schema)."""
+    """``array<COLUMN_SCHEMA>`` -> ``map<column, struct<type, codec>>`` (null when no schema).
+
+    Each rule is one map lookup rather than a chain of comparisons: this walk runs interpreted,
+    once per record for records that carry their schema block.
+    """
 
     def entry(c: Expr) -> Expr:
-        name = c["name"]
-        plain_type = E.null("string")
-        for connect, spark_type in _PLAIN.items():
-            plain_type = E.when(c["type"] == connect, E.lit(spark_type)).otherwise(plain_type)
-        spark_type = E.coalesce(plain_type, E.lit("string"))
-        codec = E.when(c["type"] == "bytes", E.lit("base64")).when(
-            c["type"].isin("struct", "array", "map"), E.lit("json")
+        name, connect_type = c["name"], c["type"]
+        logical_type = E.lookup(_LOGICAL_TYPES, name)
+        spark_type = E.coalesce(logical_type, E.lookup(_PLAIN, connect_type), E.lit("string"))
+        codec = E.when(logical_type.isNotNull(), E.lookup(_LOGICAL_CODECS, name)).otherwise(
+            E.lookup(_PLAIN_CODECS, connect_type)
         )
-        for logical, (ltype, lcodec) in _LOGICAL.items():
-            spark_type = E.when(name == logical, E.lit(ltype)).otherwise(spark_type)
-            codec = E.when(name == logical, E.lit(lcodec)).otherwise(codec)
         scale = E.coalesce(c["parameters"]["scale"], E.lit("0"))
         precision = E.coalesce(c["parameters"]["connect.decimal.precision"], E.lit("38"))
-        is_decimal = (name == DECIMAL_NAME) & (c["type"] == "bytes")
+        is_decimal = (name == DECIMAL_NAME) & (connect_type == "bytes")
         spark_type = E.when(is_decimal, E.format_string("decimal(%s,%s)", precision, scale)).otherwise(
             spark_type
         )

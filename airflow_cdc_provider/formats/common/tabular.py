@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import posixpath
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -18,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType
 
 from airflow_cdc_provider.contract.paths import COMPRESSED_SUFFIXES
-from airflow_cdc_provider.spark.filesystem import job_filesystem
+from airflow_cdc_provider.spark.filesystem import JobFileSystem, job_filesystem
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 KIND_JSON, KIND_CSV, KIND_PARQUET, KIND_AVRO = "json", "csv", "parquet", "avro"
@@ -36,7 +37,8 @@ DECLARABLE_TYPES = (
     "timestamp",
     "binary",
 )
-_FOOTER_THREADS = 16
+_DRIVER_READ_THREADS = 16
+T = TypeVar("T")
 
 
 def base_name(path: str) -> str:
@@ -72,10 +74,11 @@ def column_expr(name: str) -> Expr:
     return Expr("`" + name.replace("`", "``") + "`", name)
 
 
-def parquet_frames(spark: SparkSession, paths: Iterable[str]) -> list[DataFrame]:
+def parquet_frames(spark: SparkSession, paths: Iterable[str]) -> list[tuple[list[str], DataFrame]]:
     """Parquet files read one folder at a time (a folder usually holds one table), their schemas
-    merged; a folder whose files' schemas cannot be merged is read file by file, so each file keeps
-    its own columns and types and the engine sees any type change per file."""
+    merged, each frame with the paths it reads; a folder whose files' schemas cannot be merged is
+    read file by file, so each file keeps its own columns and types and the engine sees any type
+    change per file."""
     by_dir: dict[str, list[str]] = defaultdict(list)
     for path in paths:
         by_dir[posixpath.dirname(path)].append(path)
@@ -84,18 +87,23 @@ def parquet_frames(spark: SparkSession, paths: Iterable[str]) -> list[DataFrame]
     frames = []
     for group in by_dir.values():
         try:
-            frames.append(reader.option("mergeSchema", "true").parquet(*group))
+            frames.append((group, reader.option("mergeSchema", "true").parquet(*group)))
         except (Py4JJavaError, PySparkException):
-            frames.extend(reader.parquet(path) for path in group)
+            frames.extend(([path], reader.parquet(path)) for path in group)
     return frames
 
 
-def parquet_footers(spark: SparkSession, paths: list[str]) -> dict[str, dict[str, str] | None]:
-    """Each file's Parquet key-value metadata, or None for a file whose footer does not read.
-
-    Read on the driver through the session's file-system seam (any scheme Spark reads), a few
-    files at a time: only the footer is read, never the data.
-    """
+def read_on_driver(
+    spark: SparkSession, paths: list[str], read: Callable[[JobFileSystem, str], T]
+) -> dict[str, T]:
+    """``read(fs, path)`` for each file, on the driver through the session's file-system seam (any
+    scheme Spark reads), a few files at a time: for the few bytes a file declares its schema in."""
     fs = job_filesystem(spark)
-    with ThreadPoolExecutor(max_workers=min(_FOOTER_THREADS, max(1, len(paths)))) as pool:
-        return dict(zip(paths, pool.map(fs.parquet_metadata, paths)))
+    with ThreadPoolExecutor(max_workers=min(_DRIVER_READ_THREADS, max(1, len(paths)))) as pool:
+        return dict(zip(paths, pool.map(lambda path: read(fs, path), paths)))
+
+
+def parquet_footers(spark: SparkSession, paths: list[str]) -> dict[str, dict[str, str] | None]:
+    """Each file's Parquet key-value metadata, or None for a file whose footer does not read (only
+    the footer is read, never the data)."""
+    return read_on_driver(spark, paths, lambda fs, path: fs.parquet_metadata(path))

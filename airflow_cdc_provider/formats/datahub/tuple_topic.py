@@ -280,7 +280,7 @@ def _csv_text_maps(split: DataFrame) -> DataFrame:
 
 def _parquet_rows(spark: SparkSession, files: list[LandedFile]) -> list[DataFrame]:
     """Parquet: a TUPLE topic has one fixed schema, so a folder usually holds one table."""
-    return [_parquet_group(df) for df in parquet_frames(spark, [f.path for f in files])]
+    return [_parquet_group(df) for _, df in parquet_frames(spark, [f.path for f in files])]
 
 
 def _parquet_group(df: DataFrame) -> DataFrame:

@@ -11,7 +11,9 @@ Each record is the Debezium envelope (``before``, ``after``, ``source``, ``op``,
   ``dts-avro`` does), each with its own writer schema.
 
 Either way each record is handed to the ``debezium-json`` decoder as the JSON Kafka Connect's
-JsonConverter writes for it, with its schema block (``connect_avro``): Connect logical types
+JsonConverter writes for it, with the column types of its file's schema block (``connect_avro``;
+read on the driver from the container's header or the Parquet footer, and typed once per file
+rather than once per record): Connect logical types
 (Decimal, Date, Time, Timestamp, MicroTimestamp, NanoTimestamp, ZonedTimestamp, ...), ordering
 (``source`` positions), keys and quarantine reasons are that decoder's, so the same record gives
 the same event whichever way it landed. Snapshot columns are typed by the schema (declared types).
@@ -24,8 +26,10 @@ from collections import defaultdict
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
+    DataType,
     DateType,
     DecimalType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -35,23 +39,35 @@ from pyspark.sql.types import (
 
 from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.common.jsonlines import CORRUPT, diagnose
+from airflow_cdc_provider.formats.common.kafka_connect import DECIMAL_NAME
 from airflow_cdc_provider.formats.common.tabular import (
     KIND_PARQUET,
     column_expr,
     landing_kind,
     parquet_footers,
     parquet_frames,
+    read_on_driver,
 )
 from airflow_cdc_provider.formats.debezium.connect_avro import (
-    DECIMAL_NAME,
     DECODED_DDL,
+    HEADER_BYTES,
     AvroSchema,
     connect_field,
+    container_block,
     decode_batches,
 )
-from airflow_cdc_provider.formats.debezium.envelope import RECORD_SCHEMA, envelope_events
-from airflow_cdc_provider.formats.events import Q_BAD_PARQUET
+from airflow_cdc_provider.formats.debezium.envelope import (
+    CONNECT,
+    CONNECT_BASE64,
+    CONNECT_NAMES,
+    RECORD_SCHEMA,
+    block_types,
+    envelope_events,
+    with_connect_types,
+)
+from airflow_cdc_provider.formats.events import Q_BAD_AVRO, Q_BAD_PARQUET
 from airflow_cdc_provider.spark import sqlexpr as E
+from airflow_cdc_provider.spark.filesystem import JobFileSystem
 from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
@@ -69,6 +85,9 @@ _SPARK_CONNECT = {
     "binary": "bytes",
 }
 _WITH_CORRUPT = StructType(list(RECORD_SCHEMA.fields) + [StructField(CORRUPT, StringType())])
+# Whether a record's file's schema block was known; its column types are ``with_connect_types``'s.
+_BLOCK_KNOWN = "_block_known"
+_CONNECT_COLUMNS = (CONNECT, CONNECT_NAMES, CONNECT_BASE64)
 
 
 class DebeziumAvroDecoder(Decoder):
@@ -85,28 +104,96 @@ class DebeziumAvroDecoder(Decoder):
         parquet = [f.path for f in files if landing_kind(f.path, (KIND_PARQUET,)) == KIND_PARQUET]
         avro = [f.path for f in files if landing_kind(f.path, (KIND_PARQUET,)) != KIND_PARQUET]
         parts: list[DataFrame] = []
+        blocks: dict[str, str | None] = {}
         if avro:
             parts.append(_avro_records(spark, avro))
+            blocks.update(_container_blocks(spark, avro))
         if parquet:
-            parts.extend(_parquet_records(spark, parquet))
+            parquet_parts, parquet_blocks = _parquet_records(spark, parquet)
+            parts.extend(parquet_parts)
+            blocks.update(parquet_blocks)
         records = parts[0]
         for part in parts[1:]:
             records = records.unionByName(part)
-        return envelope_events(_as_parsed(records), options)
+        parsed = _as_parsed(_with_block_types(spark, records, blocks))
+        return envelope_events(parsed, options, typed=True)
+
+
+def _container_blocks(spark: SparkSession, paths: list[str]) -> dict[str, str | None]:
+    """Each Avro container file's schema block, read on the driver from its header (None when the
+    header does not read: its records are then quarantined by the worker or ``_as_parsed``)."""
+
+    def read(fs: JobFileSystem, path: str) -> str | None:
+        head = fs.read_bytes(path, 0, HEADER_BYTES)
+        block = container_block(head)
+        if block is None and len(head) == HEADER_BYTES:
+            block = container_block(fs.read_bytes(path))
+        return block
+
+    return read_on_driver(spark, paths, read)
+
+
+def _typed_blocks(spark: SparkSession, blocks: list[str]) -> tuple[list[list[Expr]], list[DataType]]:
+    """Each schema block's ``with_connect_types`` columns as literals, and their types: typed once
+    per block on the driver (one small job), not once per record."""
+    frame = spark.createDataFrame(list(enumerate(blocks)), "i int, block string")
+    typed = with_connect_types(frame, block_types(E.col("block")))
+    data_types = [typed.schema[name].dataType for name in _CONNECT_COLUMNS]
+    # Maps as their entries: a map collected as a dict loses its order, the snapshot's column order.
+    ordered = [
+        E.map_entries(n) if isinstance(t, MapType) else E.col(n) for n, t in zip(_CONNECT_COLUMNS, data_types)
+    ]
+    collected = typed.select("i", *E.columns(*[e.alias(n) for e, n in zip(ordered, _CONNECT_COLUMNS)]))
+    rows = sorted(collected.collect(), key=lambda row: row["i"]) if blocks else []
+    return [
+        [E.typed_lit(row[n], t) for n, t in zip(_CONNECT_COLUMNS, data_types)] for row in rows
+    ], data_types
+
+
+def _with_block_types(spark: SparkSession, records: DataFrame, blocks: dict[str, str | None]) -> DataFrame:
+    """``records`` with their file's schema block's ``with_connect_types`` columns, and
+    ``_BLOCK_KNOWN``: whether the block was read (a file's header that the driver could not read
+    but the worker could leaves its records without types, and they are quarantined)."""
+    known = {path: block for path, block in blocks.items() if block is not None}
+    distinct = sorted(set(known.values()))
+    literals, data_types = _typed_blocks(spark, distinct)
+    if len(distinct) == 1 and len(known) == len(blocks):
+        # Every file has one block (a topic's folder): Spark folds the decode's expressions over
+        # these literals, which halves the decode's cost.
+        return records.select(
+            "*",
+            *E.columns(
+                E.lit(True).alias(_BLOCK_KNOWN), *[v.alias(n) for n, v in zip(_CONNECT_COLUMNS, literals[0])]
+            ),
+        )
+    index = {block: i for i, block in enumerate(distinct)}
+    files = spark.createDataFrame([(path, index[b]) for path, b in known.items()], "file string, _block int")
+    joined = records.join(files.hint("broadcast"), "file", "left")
+    block = E.col("_block")
+    columns = []
+    for n, (name, data_type) in enumerate(zip(_CONNECT_COLUMNS, data_types)):
+        picked: Expr = E.null(data_type)
+        for i in reversed(range(len(distinct))):
+            picked = E.when(block == i, literals[i][n]).otherwise(picked)
+        columns.append(picked.alias(name))
+    return joined.select(*records.columns, *E.columns(block.isNotNull().alias(_BLOCK_KNOWN), *columns))
 
 
 def _as_parsed(records: DataFrame) -> DataFrame:
-    """Records as JSON payload + schema block -> the columns ``parse_json_records`` gives."""
-    document = E.concat(E.lit('{"schema":'), E.col("schema"), E.lit(',"payload":'), E.col("text"), E.lit("}"))
+    """Records, each one envelope as JSON, with their file's column types
+    (``_with_block_types``) -> the columns ``parse_json_records`` gives, and the
+    ``with_connect_types`` columns."""
     parsed = records.select(
         "file",
         "file_pos",
         "line",
         "text",
-        E.when(E.col("text").isNotNull(), E.from_json(document, _WITH_CORRUPT, {"mode": "PERMISSIVE"}))
+        E.when(E.col("text").isNotNull(), E.from_json(E.col("text"), _WITH_CORRUPT, {"mode": "PERMISSIVE"}))
         .alias("j")
         .column(),
         "bad",
+        _BLOCK_KNOWN,
+        *_CONNECT_COLUMNS,
     )
     return parsed.select(
         "file",
@@ -114,9 +201,14 @@ def _as_parsed(records: DataFrame) -> DataFrame:
         "line",
         "text",
         "j",
+        *_CONNECT_COLUMNS,
         *E.columns(
             E.lit(False).alias("tombstone"),
-            E.coalesce(E.col("bad"), diagnose(E.col(f"j.{CORRUPT}"), E.lit(False))).alias("bad"),
+            E.coalesce(
+                E.col("bad"),
+                diagnose(E.col(f"j.{CORRUPT}"), E.lit(False)),
+                E.when(E.col("text").isNotNull() & ~E.col(_BLOCK_KNOWN), E.lit(Q_BAD_AVRO)),
+            ).alias("bad"),
         ),
     )
 
@@ -130,12 +222,13 @@ def _avro_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     )
 
 
-def _parquet_records(spark: SparkSession, paths: list[str]) -> list[DataFrame]:
-    """Parquet files grouped by the Avro schema they were written from; a file whose footer does
-    not read is one quarantined record."""
+def _parquet_records(spark: SparkSession, paths: list[str]) -> tuple[list[DataFrame], dict[str, str | None]]:
+    """Parquet files grouped by the Avro schema they were written from, and each file's schema
+    block; a file whose footer does not read is one quarantined record."""
     footers = parquet_footers(spark, paths)
     parts = []
-    broken = [(p, 0, None, None, None, Q_BAD_PARQUET) for p in paths if footers[p] is None]
+    blocks: dict[str, str | None] = {}
+    broken = [(p, 0, None, None, Q_BAD_PARQUET) for p in paths if footers[p] is None]
     if broken:
         parts.append(spark.createDataFrame(broken, DECODED_DDL))
     by_schema: dict[str | None, list[str]] = defaultdict(list)
@@ -144,8 +237,11 @@ def _parquet_records(spark: SparkSession, paths: list[str]) -> list[DataFrame]:
             by_schema[footers[path].get(AVRO_SCHEMA_KEY)].append(path)
     for avro_text, group in by_schema.items():
         avro = AvroSchema(json.loads(avro_text)) if avro_text else None
-        parts.extend(_parquet_group(frame, avro) for frame in parquet_frames(spark, group))
-    return parts
+        for frame_paths, frame in parquet_frames(spark, group):
+            records, block = _parquet_group(frame, avro)
+            parts.append(records)
+            blocks.update(dict.fromkeys(frame_paths, block))
+    return parts, blocks
 
 
 def _parquet_value(value: Expr, spark_field: StructField, avro: AvroSchema | None, node) -> tuple[Expr, dict]:
@@ -171,7 +267,8 @@ def _parquet_value(value: Expr, spark_field: StructField, avro: AvroSchema | Non
     }
 
 
-def _parquet_group(df: DataFrame, avro: AvroSchema | None) -> DataFrame:
+def _parquet_group(df: DataFrame, avro: AvroSchema | None) -> tuple[DataFrame, str]:
+    """One frame's records, each its envelope as JSON, and the frame's schema block."""
     fields = {f.name: f for f in df.schema.fields}
     columns: list[Expr] = []
     schema_fields = []
@@ -193,13 +290,13 @@ def _parquet_group(df: DataFrame, avro: AvroSchema | None) -> DataFrame:
         columns.append(E.when(column_expr(name).isNotNull(), E.struct(*values)).alias(name))
         schema_fields.append({"field": name, "type": "struct", "optional": True, "fields": entries})
     block = json.dumps({"type": "struct", "optional": False, "fields": schema_fields}, separators=(",", ":"))
-    return df.select(
+    records = df.select(
         *E.columns(
             landed_file_column().alias("file"),
             E.col("_metadata.row_index").alias("file_pos"),
             E.null("bigint").alias("line"),
             E.to_json(E.struct(*columns), E.map(E.lit("ignoreNullFields"), E.lit("false"))).alias("text"),
-            E.lit(block).alias("schema"),
             E.null("string").alias("bad"),
         )
     )
+    return records, block

@@ -11,8 +11,9 @@ JSON payload the JsonConverter writes (bytes and decimals as Base64, dates as ep
 timestamps as epoch numbers), so the ``debezium-json`` decoder types, orders and positions them
 (``formats/common/kafka_connect.py``, ``formats/debezium/envelope.py``): one mapping for every Debezium landing.
 
-It runs in Spark's Python workers (``decode_batches``, through ``mapInArrow``) and on the driver
-(the schema block of a Parquet landing): plain Python, no Spark session.
+It runs in Spark's Python workers (``decode_batches``, through ``mapInArrow``: the records) and on
+the driver (the schema blocks, one per file, from container headers and Parquet footers): plain
+Python, no Spark session.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_cdc_provider.formats.common.kafka_connect import DECIMAL_NAME
 from airflow_cdc_provider.formats.events import Q_BAD_AVRO
 from airflow_cdc_provider.spark.arrow_rows import ArrowRows
 
-DECIMAL_NAME = "org.apache.kafka.connect.data.Decimal"
 # Avro logical types -> the Connect logical name that means the same (AvroData's mapping; the
 # micro-precision ones have no Connect type and read as Debezium's).
 _LOGICAL_NAMES = {
@@ -58,18 +59,20 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _EPOCH_DAY = dt.date(1970, 1, 1)
 
 # What the Python worker returns per Avro record (or per container it could not read on).
-DECODED_DDL = "file string, file_pos bigint, line bigint, text string, schema string, bad string"
+DECODED_DDL = "file string, file_pos bigint, line bigint, text string, bad string"
 _ARROW_SCHEMA = pa.schema(
     [
         ("file", pa.string()),
         ("file_pos", pa.int64()),
         ("line", pa.int64()),
         ("text", pa.string()),
-        ("schema", pa.string()),
         ("bad", pa.string()),
     ]
 )
 _OUTPUT_ROWS_PER_BATCH = 4096
+# A container file's header (magic, metadata with the writer schema, sync marker) is read from its
+# first bytes; a schema larger than this is read from the whole file.
+HEADER_BYTES = 64 * 1024
 
 
 class AvroSchema:
@@ -196,6 +199,22 @@ def connect_schema(schema: AvroSchema) -> dict[str, Any]:
     return {"type": "struct", "name": name, "optional": False, "fields": fields}
 
 
+def schema_block(schema: AvroSchema) -> str:
+    """The schema block as JsonConverter writes it, compact JSON."""
+    return json.dumps(connect_schema(schema), separators=(",", ":"))
+
+
+def container_block(head: bytes) -> str | None:
+    """The schema block of an Avro container file from its first bytes, or None when they hold no
+    readable header (not Avro, damaged, or a header longer than ``head``)."""
+    import fastavro
+
+    try:
+        return schema_block(AvroSchema(fastavro.reader(io.BytesIO(head)).writer_schema))
+    except Exception:  # fastavro raises ValueError, EOFError, ... on a short or damaged header
+        return None
+
+
 # ---------------------------------------------------------------- values as JsonConverter writes them
 
 
@@ -261,15 +280,9 @@ def container_records(file: str, content: bytes) -> Iterator[dict[str, Any]]:
     try:
         reader = fastavro.reader(io.BytesIO(content))
         schema = AvroSchema(reader.writer_schema)
-        block = json.dumps(connect_schema(schema), separators=(",", ":"))
         for record in reader:
             payload = connect_value(schema, schema.root, record)
-            yield {
-                "file": file,
-                "file_pos": index,
-                "text": json.dumps(payload, separators=(",", ":")),
-                "schema": block,
-            }
+            yield {"file": file, "file_pos": index, "text": json.dumps(payload, separators=(",", ":"))}
             index += 1
     except ValueError as exc:
         if "you need to install" in str(exc):

@@ -103,6 +103,8 @@ RECORD_SCHEMA = StructType(
     ]
 )
 
+# A record's Connect column types (``with_connect_types``).
+CONNECT, CONNECT_NAMES, CONNECT_BASE64 = "_connect", "_connect_names", "_connect_base64"
 _OPS = {"c": OP_INSERT, "r": OP_READ, "u": OP_UPDATE, "d": OP_DELETE, "t": OP_TRUNCATE}
 _SNAPSHOT_TRUE = (
     "true",
@@ -190,6 +192,7 @@ def _declared_columns(fields: Expr) -> Expr:
     """The Connect schema's columns of the ``after`` image, else of ``before``."""
 
     def image_fields(name: str) -> Expr:
+        # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
         return E.try_element_at(E.filter(fields, lambda f: f["field"] == name), 1)["fields"]
 
     return E.coalesce(image_fields("after"), image_fields("before"))
@@ -205,47 +208,75 @@ def _unavailable_left_out(staged: DataFrame, values: tuple[bytes, ...]) -> DataF
     return found.withColumn("_after", without_columns(E.col("_after"), E.col("_unavailable")).column())
 
 
-def _with_raw_images(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
-    """``_after`` and ``_before`` (the images as read, without the unavailable-value placeholders,
-    which go to ``_unavailable``) and ``_connect``, the column types the Connect schema block
-    declares (null without one)."""
-    e = Envelope()
-    staged = parsed.select(
+def block_types(block: Expr) -> Expr:
+    """The column types a schema block (JSON text) declares for the images, as ``column_types``
+    gives them: null for a block without ``after`` or ``before`` (a heartbeat's)."""
+    return column_types(_declared_columns(E.from_json(block, ENVELOPE_SCHEMA)["fields"]))
+
+
+def with_connect_types(frame: DataFrame, types: Expr) -> DataFrame:
+    """``frame`` with ``types`` (a ``column_types`` map, null without a schema block) as ``CONNECT``,
+    and what the event needs of it: each column's type name (``CONNECT_NAMES``) and whether any
+    column is Base64 (``CONNECT_BASE64``). Where ``frame`` has one row per schema block, each is
+    walked once; the walks are higher-order functions, which run interpreted."""
+    typed = frame.select("*", types.alias(CONNECT).column())
+    connect = E.col(CONNECT)
+    return typed.select(
         "*",
-        e["after"].alias("_after").column(),
-        e["before"].alias("_before").column(),
-        # try_element_at: a heartbeat's schema has neither field, and [0] on an empty array throws (ANSI).
-        # The guard is compiled code: records without a schema block skip the interpreted walk.
-        E.when(
-            E.col("j.schema.fields").isNotNull(), column_types(_declared_columns(E.col("j.schema.fields")))
-        )
-        .alias("_connect")
-        .column(),
+        *E.columns(
+            E.when(connect.isNotNull(), E.transform_values(connect, lambda k, t: t["type"])).alias(
+                CONNECT_NAMES
+            ),
+            E.exists(E.map_values(connect), lambda t: t["codec"] == "base64").alias(CONNECT_BASE64),
+        ),
     )
+
+
+def _with_raw_images(parsed: DataFrame, options: DecodeOptions, typed: bool) -> DataFrame:
+    """``_after`` and ``_before`` (the images as read, without the unavailable-value placeholders,
+    which go to ``_unavailable``), and unless ``typed`` the ``CONNECT`` columns of each record's own
+    schema block."""
+    e = Envelope()
+    if not typed:
+        # The guard is compiled code: records without a schema block skip the interpreted walk.
+        parsed = with_connect_types(
+            parsed,
+            E.when(
+                E.col("j.schema.fields").isNotNull(),
+                column_types(_declared_columns(E.col("j.schema.fields"))),
+            ),
+        )
+    staged = parsed.select("*", e["after"].alias("_after").column(), e["before"].alias("_before").column())
     return _unavailable_left_out(staged, options.unavailable_values)
 
 
 def _with_declared_types(staged: DataFrame, options: DecodeOptions) -> DataFrame:
     """``_hbase`` (a Lindorm HBase table's record) and ``declared``, the types the values convert to:
     the Connect schema's, or for an HBase table every column Base64 (binary, or text with
-    ``binary_as_text``)."""
+    ``binary_as_text``); with ``declared_names`` and ``declared_base64`` as ``with_connect_types``
+    names them."""
     e = Envelope()
     after_raw, before_raw = E.col("_after"), E.col("_before")
     # Lindorm HBase tables: no schema block, key ROW, every value Base64.
     hbase = (
         E.map_contains_key(E.coalesce(after_raw, before_raw), "ROW")
         & e["source"]["namespace"].isNotNull()
-        & E.col("_connect").isNull()
+        & E.col(CONNECT).isNull()
     )
     hbase_type = "string" if options.binary_as_text else "binary"
     hbase_declared = E.transform_values(
         E.coalesce(after_raw, before_raw),
         lambda k, v: E.struct(E.lit(hbase_type).alias("type"), E.lit("base64").alias("codec")),
     )
+    hbase_names = E.transform_values(E.coalesce(after_raw, before_raw), lambda k, v: E.lit(hbase_type))
     return staged.select(
         "*",
-        hbase.alias("_hbase").column(),
-        E.when(hbase, hbase_declared).otherwise(E.col("_connect")).alias("declared").column(),
+        *E.columns(
+            hbase.alias("_hbase"),
+            E.when(hbase, hbase_declared).otherwise(E.col(CONNECT)).alias("declared"),
+            E.when(hbase, hbase_names).otherwise(E.col(CONNECT_NAMES)).alias("declared_names"),
+            (hbase | E.coalesce(E.col(CONNECT_BASE64), E.lit(False))).alias("declared_base64"),
+        ),
     )
 
 
@@ -282,7 +313,7 @@ def _kind_and_reason(op: Expr) -> tuple[Expr, Expr]:
     bad_value = image_conversion_failed(after_raw, after, declared) | image_conversion_failed(
         before_raw, before, declared
     )
-    base64_codec = E.exists(E.map_values(declared), lambda t: t["codec"] == "base64")
+    base64_codec = E.col("declared_base64")
     bad = E.col("bad")
     return classify(
         (E.col("tombstone"), KIND_IGNORED, IGNORED_TOMBSTONE),
@@ -320,24 +351,26 @@ def _kind_and_reason(op: Expr) -> tuple[Expr, Expr]:
     )
 
 
-def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
+def envelope_events(parsed: DataFrame, options: DecodeOptions, typed: bool = False) -> DataFrame:
     """Canonical events of parsed Debezium records (``parse_json_records`` columns, ``j`` in ``RECORD_SCHEMA``).
 
     Shared by every landing of the Debezium envelope: JSON lines here, Avro and Parquet files in
     ``debezium_avro`` (which hands over each record as the JSON Kafka Connect's JsonConverter
-    writes, with its schema block), so types, ordering and positions follow one set of rules.
+    writes), so types, ordering and positions follow one set of rules. ``typed``: ``parsed``
+    already carries the ``CONNECT`` columns (``with_connect_types`` of each record's file's block,
+    typed once per file); by default each record's own block is walked.
     Projections in order: the raw images and Connect types, the declared types, the converted
     images, then the canonical event; each later one reads the earlier ones' results instead of
     repeating their expressions.
     """
-    staged = _with_raw_images(parsed, options)
+    staged = _with_raw_images(parsed, options, typed)
     staged = _with_declared_types(staged, options)
     staged = _with_typed_images(staged, options)
     e = Envelope()
     src = e["source"]
     op = envelope_op(e["op"], src["snapshot"])
     kind, reason = _kind_and_reason(op)
-    after, before, declared = E.col("after_typed"), E.col("before_typed"), E.col("declared")
+    after, before = E.col("after_typed"), E.col("before_typed")
     unique = e["unique"]
     key_cols = E.when(E.col("_hbase"), E.array(E.lit("ROW"))).otherwise(
         E.when(unique.isNotNull(), E.map_keys(unique))
@@ -363,7 +396,7 @@ def envelope_events(parsed: DataFrame, options: DecodeOptions) -> DataFrame:
             partial=E.coalesce((op == OP_UPDATE) & E.col("_unavailable").isNotNull(), E.lit(False)),
             unavailable=E.when(op != OP_DELETE, E.col("_unavailable")),
             key_cols=key_cols,
-            types=E.when(declared.isNotNull(), E.transform_values(declared, lambda k, t: t["type"])),
+            types=E.col("declared_names"),
             raw=E.col("text"),
         )
     )
