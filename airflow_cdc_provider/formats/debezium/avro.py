@@ -135,8 +135,12 @@ def _container_blocks(spark: SparkSession, paths: list[str]) -> dict[str, str | 
 
 def _typed_blocks(spark: SparkSession, blocks: list[str]) -> tuple[list[list[Expr]], list[DataType]]:
     """Each schema block's ``with_connect_types`` columns as literals, and their types: typed once
-    per block on the driver (one small job), not once per record."""
-    frame = spark.createDataFrame(list(enumerate(blocks)), "i int, block string")
+    per block, not once per record, on the driver (an inline table: no Spark job)."""
+    rows = blocks or [None]  # without blocks, only the types are wanted
+    values = ", ".join(f"({i}, CAST(:b{i} AS STRING))" for i in range(len(rows)))
+    frame = spark.sql(
+        f"SELECT * FROM VALUES {values} AS blocks(i, block)", args={f"b{i}": b for i, b in enumerate(rows)}
+    )
     typed = with_connect_types(frame, block_types(E.col("block")))
     data_types = [typed.schema[name].dataType for name in _CONNECT_COLUMNS]
     # Maps as their entries: a map collected as a dict loses its order, the snapshot's column order.
