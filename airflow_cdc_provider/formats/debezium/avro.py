@@ -161,13 +161,15 @@ def _with_block_types(spark: SparkSession, records: DataFrame, blocks: dict[str,
     known = {path: block for path, block in blocks.items() if block is not None}
     distinct = sorted(set(known.values()))
     literals, data_types = _typed_blocks(spark, distinct)
-    if len(distinct) == 1 and len(known) == len(blocks):
-        # Every file has one block (a topic's folder): Spark folds the decode's expressions over
-        # these literals, which halves the decode's cost.
+    if len(distinct) == 1:
+        # One block for every readable file (a topic's folder): Spark folds the decode's
+        # expressions over these literals, which halves the decode's cost.
+        unread = [path for path in blocks if path not in known]
+        block_known = ~E.col("file").isin(*unread) if unread else E.lit(True)
         return records.select(
             "*",
             *E.columns(
-                E.lit(True).alias(_BLOCK_KNOWN), *[v.alias(n) for n, v in zip(_CONNECT_COLUMNS, literals[0])]
+                block_known.alias(_BLOCK_KNOWN), *[v.alias(n) for n, v in zip(_CONNECT_COLUMNS, literals[0])]
             ),
         )
     index = {block: i for i, block in enumerate(distinct)}
