@@ -199,18 +199,15 @@ def connect_schema(schema: AvroSchema) -> dict[str, Any]:
     return {"type": "struct", "name": name, "optional": False, "fields": fields}
 
 
-def schema_block(schema: AvroSchema) -> str:
-    """The schema block as JsonConverter writes it, compact JSON."""
-    return json.dumps(connect_schema(schema), separators=(",", ":"))
-
-
 def container_block(head: bytes) -> str | None:
-    """The schema block of an Avro container file from its first bytes, or None when they hold no
-    readable header (not Avro, damaged, or a header longer than ``head``)."""
+    """The schema block of an Avro container file (compact JSON, as JsonConverter writes it) from
+    its first bytes, or None when they hold no readable header (not Avro, damaged, or a header
+    longer than ``head``)."""
     import fastavro
 
     try:
-        return schema_block(AvroSchema(fastavro.reader(io.BytesIO(head)).writer_schema))
+        schema = AvroSchema(fastavro.reader(io.BytesIO(head)).writer_schema)
+        return json.dumps(connect_schema(schema), separators=(",", ":"))
     except Exception:  # fastavro raises ValueError, EOFError, ... on a short or damaged header
         return None
 
