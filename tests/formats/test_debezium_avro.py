@@ -332,11 +332,16 @@ def test_records_and_files_that_cannot_be_decoded_are_quarantined(spark, replay,
     assert_events_add_up(metrics)
 
 
+@pytest.mark.parametrize("typing", ["a branch per block", "joined on the file"])
 def test_files_of_several_schemas_and_a_header_past_the_first_read_are_typed_by_their_own_schema(
-    spark, tmp_path
+    spark, tmp_path, monkeypatch, typing
 ):
     """Schema blocks are read on the driver, one per file: a header longer than the first read is
-    read whole, and files of two schemas each keep their own types."""
+    read whole, and files of two schemas each keep their own types, whether each block's files
+    decode as a branch of their own (a large landing) or pick their types by a join (a small one)."""
+    from airflow_cdc_provider.formats.debezium import avro as decoder
+
+    monkeypatch.setattr(decoder, "BRANCHES_MIN_BYTES", 0 if typing == "a branch per block" else 2**62)
     landing = tmp_path / "in"
     write(landing / "a.avro", container(EVERY_OP))
     long_doc = {**envelope_schema(), "doc": "x" * 70_000}  # the header passes 64 KiB

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
@@ -88,6 +89,13 @@ _WITH_CORRUPT = StructType(list(RECORD_SCHEMA.fields) + [StructField(CORRUPT, St
 # Whether a record's file's schema block was known; its column types are ``with_connect_types``'s.
 _BLOCK_KNOWN = "_block_known"
 _CONNECT_COLUMNS = (CONNECT, CONNECT_NAMES, CONNECT_BASE64)
+# Each schema block's files decode as a branch of their own, whose column types are literals Spark
+# folds into the decode (about half its cost), when the landing has one block, or up to
+# MAX_BLOCK_BRANCHES blocks and at least BRANCHES_MIN_BYTES: a branch adds a decode to the plan
+# (about 0.8 s of planning warm, more cold), which a small landing does not win back. Otherwise each
+# record's types are picked by a join on its file.
+MAX_BLOCK_BRANCHES = 4
+BRANCHES_MIN_BYTES = 1024 * 1024
 
 
 class DebeziumAvroDecoder(Decoder):
@@ -103,20 +111,40 @@ class DebeziumAvroDecoder(Decoder):
     def decode(self, spark: SparkSession, files: list[LandedFile], options: DecodeOptions) -> DataFrame:
         parquet = [f.path for f in files if landing_kind(f.path, (KIND_PARQUET,)) == KIND_PARQUET]
         avro = [f.path for f in files if landing_kind(f.path, (KIND_PARQUET,)) != KIND_PARQUET]
-        parts: list[DataFrame] = []
-        blocks: dict[str, str | None] = {}
-        if avro:
-            parts.append(_avro_records(spark, avro))
-            blocks.update(_container_blocks(spark, avro))
-        if parquet:
-            parquet_parts, parquet_blocks = _parquet_records(spark, parquet)
-            parts.extend(parquet_parts)
-            blocks.update(parquet_blocks)
-        records = parts[0]
-        for part in parts[1:]:
-            records = records.unionByName(part)
-        parsed = _as_parsed(_with_block_types(spark, records, blocks))
-        return envelope_events(parsed, options, typed=True)
+        avro_blocks = _container_blocks(spark, avro) if avro else {}
+        parquet_parts = _parquet_records(spark, parquet) if parquet else []
+        blocks = {**avro_blocks, **{path: part.block for part in parquet_parts for path in part.paths}}
+        distinct = sorted({block for block in blocks.values() if block is not None})
+        literals, data_types = _typed_blocks(spark, distinct)
+        large = sum(f.size for f in files) >= BRANCHES_MIN_BYTES
+        if len(distinct) > (MAX_BLOCK_BRANCHES if large else 1):
+            parts = [_avro_records(spark, avro)] if avro else []
+            records = _union([*parts, *[part.records for part in parquet_parts]])
+            typed = _joined_block_types(spark, records, blocks, literals, data_types)
+            return envelope_events(_as_parsed(typed), options, typed=True)
+        branches = []
+        for block, types in [*zip(distinct, literals), (None, [E.null(t) for t in data_types])]:
+            parts = [part.records for part in parquet_parts if part.block == block]
+            paths = [path for path, b in avro_blocks.items() if b == block]
+            if paths:
+                parts.append(_avro_records(spark, paths))
+            if parts:
+                typed = _union(parts).select(
+                    "*",
+                    *E.columns(
+                        E.lit(block is not None).alias(_BLOCK_KNOWN),
+                        *[v.alias(n) for n, v in zip(_CONNECT_COLUMNS, types)],
+                    ),
+                )
+                branches.append(envelope_events(_as_parsed(typed), options, typed=True))
+        return _union(branches)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    united = frames[0]
+    for frame in frames[1:]:
+        united = united.unionByName(frame)
+    return united
 
 
 def _container_blocks(spark: SparkSession, paths: list[str]) -> dict[str, str | None]:
@@ -154,32 +182,26 @@ def _typed_blocks(spark: SparkSession, blocks: list[str]) -> tuple[list[list[Exp
     ], data_types
 
 
-def _with_block_types(spark: SparkSession, records: DataFrame, blocks: dict[str, str | None]) -> DataFrame:
-    """``records`` with their file's schema block's ``with_connect_types`` columns, and
-    ``_BLOCK_KNOWN``: whether the block was read (a file's header that the driver could not read
+def _joined_block_types(
+    spark: SparkSession,
+    records: DataFrame,
+    blocks: dict[str, str | None],
+    literals: list[list[Expr]],
+    data_types: list[DataType],
+) -> DataFrame:
+    """``records`` with their file's schema block's ``with_connect_types`` columns (``literals``, in
+    the order of the sorted distinct blocks), picked by a broadcast join on the file, and
+    ``_BLOCK_KNOWN``: whether the block was read (a file whose header the driver could not read
     but the worker could leaves its records without types, and they are quarantined)."""
     known = {path: block for path, block in blocks.items() if block is not None}
-    distinct = sorted(set(known.values()))
-    literals, data_types = _typed_blocks(spark, distinct)
-    if len(distinct) == 1:
-        # One block for every readable file (a topic's folder): Spark folds the decode's
-        # expressions over these literals, which halves the decode's cost.
-        unread = [path for path in blocks if path not in known]
-        block_known = ~E.col("file").isin(*unread) if unread else E.lit(True)
-        return records.select(
-            "*",
-            *E.columns(
-                block_known.alias(_BLOCK_KNOWN), *[v.alias(n) for n, v in zip(_CONNECT_COLUMNS, literals[0])]
-            ),
-        )
-    index = {block: i for i, block in enumerate(distinct)}
+    index = {block: i for i, block in enumerate(sorted(set(known.values())))}
     files = spark.createDataFrame([(path, index[b]) for path, b in known.items()], "file string, _block int")
     joined = records.join(files.hint("broadcast"), "file", "left")
     block = E.col("_block")
     columns = []
     for n, (name, data_type) in enumerate(zip(_CONNECT_COLUMNS, data_types)):
         picked: Expr = E.null(data_type)
-        for i in reversed(range(len(distinct))):
+        for i in reversed(range(len(index))):
             picked = E.when(block == i, literals[i][n]).otherwise(picked)
         columns.append(picked.alias(name))
     return joined.select(*records.columns, *E.columns(block.isNotNull().alias(_BLOCK_KNOWN), *columns))
@@ -228,15 +250,24 @@ def _avro_records(spark: SparkSession, paths: list[str]) -> DataFrame:
     )
 
 
-def _parquet_records(spark: SparkSession, paths: list[str]) -> tuple[list[DataFrame], dict[str, str | None]]:
-    """Parquet files grouped by the Avro schema they were written from, and each file's schema
+@dataclass(frozen=True)
+class _ParquetPart:
+    """Records of Parquet files that share one schema block (None: footers that did not read)."""
+
+    records: DataFrame
+    paths: tuple[str, ...]
+    block: str | None
+
+
+def _parquet_records(spark: SparkSession, paths: list[str]) -> list[_ParquetPart]:
+    """Parquet files grouped by the Avro schema they were written from, with each group's schema
     block; a file whose footer does not read is one quarantined record."""
     footers = parquet_footers(spark, paths)
     parts = []
-    blocks: dict[str, str | None] = {}
-    broken = [(p, 0, None, None, Q_BAD_PARQUET) for p in paths if footers[p] is None]
+    broken = [p for p in paths if footers[p] is None]
     if broken:
-        parts.append(spark.createDataFrame(broken, DECODED_DDL))
+        rows = [(p, 0, None, None, Q_BAD_PARQUET) for p in broken]
+        parts.append(_ParquetPart(spark.createDataFrame(rows, DECODED_DDL), tuple(broken), None))
     by_schema: dict[str | None, list[str]] = defaultdict(list)
     for path in paths:
         if footers[path] is not None:
@@ -245,9 +276,8 @@ def _parquet_records(spark: SparkSession, paths: list[str]) -> tuple[list[DataFr
         avro = AvroSchema(json.loads(avro_text)) if avro_text else None
         for frame_paths, frame in parquet_frames(spark, group):
             records, block = _parquet_group(frame, avro)
-            parts.append(records)
-            blocks.update(dict.fromkeys(frame_paths, block))
-    return parts, blocks
+            parts.append(_ParquetPart(records, tuple(frame_paths), block))
+    return parts
 
 
 def _parquet_value(value: Expr, spark_field: StructField, avro: AvroSchema | None, node) -> tuple[Expr, dict]:
