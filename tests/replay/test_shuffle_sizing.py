@@ -14,3 +14,33 @@ def test_one_partition_per_64_mib_at_least_one_per_core_at_most_4000():
     assert shuffle_partitions(2_480 * MIB, 2) == 39  # the 10M one
     assert shuffle_partitions(64 * MIB + 1, 1) == 2
     assert shuffle_partitions(10 * 2**40, 8) == 4000
+
+
+def test_a_landing_of_many_files_is_listed_in_two_tasks_per_core(spark, tmp_path):
+    """Spark lists more than 32 paths in a Spark job of its own, one task per path by default; the
+    run asks for two per core (the suite's session has two cores), and still reads every file."""
+    from tests.conftest import debezium_specs, write_jsonl
+
+    from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
+
+    for i in range(40):
+        after = {"id": i, "name": f"n{i}"}
+        source = {"db": "db", "table": "t", "ts_ms": 1_000 + i, "file": "binlog.000001", "pos": i, "row": 0}
+        write_jsonl(tmp_path / "in" / f"part-{i:02d}.json", [{"op": "c", "after": after, "source": source}])
+    context = spark.sparkContext
+    context.setJobGroup("many-files", "many-files")
+    try:
+        (spec,) = debezium_specs(tmp_path / "in", tmp_path / "out", 10_000)
+        metrics = run_snapshot(spark, spec)
+    finally:
+        context._jsc.clearJobGroup()
+    assert metrics["rows"] == 40
+    jobs = context._jsc.sc().statusStore().jobsList(None)
+    listings = [
+        jobs.apply(i).numTasks()
+        for i in range(jobs.size())
+        if jobs.apply(i).jobGroup().isDefined()
+        and jobs.apply(i).jobGroup().get() == "many-files"
+        and str(jobs.apply(i).name()).startswith("text at")
+    ]
+    assert listings == [4]
