@@ -39,6 +39,7 @@ from airflow_cdc_provider.replay.base_state import (
     scan_new_events,
 )
 from airflow_cdc_provider.replay.keys import KeyConfig, with_keys
+from airflow_cdc_provider.replay.shuffles import size_shuffles
 from airflow_cdc_provider.replay.spec import SnapshotSpec
 from airflow_cdc_provider.replay.transactions import with_transaction_times
 from airflow_cdc_provider.spark import progress
@@ -139,6 +140,8 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_
     skipped = {SKIPPED_PARTITION: after_as_of}
     if not spec.writes_state:
         return Input(None, listed, skipped, None, None, kept=False)
+    # The events are decoded here, before the fold sizes its shuffles: size the reads first.
+    size_shuffles(spark, listed)
     state, why_full = read_base_state(spark, spec.base) if spec.base else (None, None)
     if state is not None:
         why_full = _base_mismatch(spec, state)

@@ -1,8 +1,9 @@
 """Shuffle sizing: how many partitions a run's shuffles and reads take, from the landed input.
 
-Takes the landed files a run reads; sets Spark's shuffle partitions and minimum read tasks for
-the session (unless the user set them). Called by the fold step and by several AS OFs before
-their one scan.
+Takes the landed files a run reads; sets Spark's shuffle partitions, minimum read tasks and
+listing tasks for the session (unless the user set them). Called before the first read: by the
+fold step, by a run that keeps its events (``read.read_input``, with state) and by several AS OFs
+before their one scan.
 """
 
 from __future__ import annotations
