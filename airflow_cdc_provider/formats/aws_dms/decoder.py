@@ -36,7 +36,7 @@ from airflow_cdc_provider.formats.aws_dms.s3_csv import csv_rows
 from airflow_cdc_provider.formats.aws_dms.s3_parquet import parquet_rows
 from airflow_cdc_provider.formats.aws_dms.s3_rows import ROW_COLUMNS, tabular_events
 from airflow_cdc_provider.formats.aws_dms.stream_json import json_events
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder, union_all
 from airflow_cdc_provider.formats.common.tabular import KIND_CSV, KIND_JSON, KIND_PARQUET, landing_kind
 from airflow_cdc_provider.formats.events import CANONICAL_EVENT_SCHEMA
 from airflow_cdc_provider.spark.reader import LandedFile
@@ -68,10 +68,7 @@ class AwsDmsDecoder(Decoder):
             parts.append(s3_events)
         if not parts:  # only table definitions
             return spark.createDataFrame([], CANONICAL_EVENT_SCHEMA)
-        result = parts[0]
-        for part in parts[1:]:
-            result = result.unionByName(part)
-        return result
+        return union_all(parts)
 
 
 def _s3_events(

@@ -38,7 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder, union_all
 from airflow_cdc_provider.formats.common.jsonlines import CORRUPT, diagnose
 from airflow_cdc_provider.formats.common.kafka_connect import DECIMAL_NAME
 from airflow_cdc_provider.formats.common.tabular import (
@@ -119,7 +119,7 @@ class DebeziumAvroDecoder(Decoder):
         large = sum(f.size for f in files) >= BRANCHES_MIN_BYTES
         if len(distinct) > (MAX_BLOCK_BRANCHES if large else 1):
             parts = [_avro_records(spark, avro)] if avro else []
-            records = _union([*parts, *[part.records for part in parquet_parts]])
+            records = union_all([*parts, *[part.records for part in parquet_parts]])
             typed = _joined_block_types(spark, records, blocks, literals, data_types)
             return envelope_events(_as_parsed(typed), options, typed=True)
         branches = []
@@ -129,7 +129,7 @@ class DebeziumAvroDecoder(Decoder):
             if paths:
                 parts.append(_avro_records(spark, paths))
             if parts:
-                typed = _union(parts).select(
+                typed = union_all(parts).select(
                     "*",
                     *E.columns(
                         E.lit(block is not None).alias(_BLOCK_KNOWN),
@@ -137,14 +137,7 @@ class DebeziumAvroDecoder(Decoder):
                     ),
                 )
                 branches.append(envelope_events(_as_parsed(typed), options, typed=True))
-        return _union(branches)
-
-
-def _union(frames: list[DataFrame]) -> DataFrame:
-    united = frames[0]
-    for frame in frames[1:]:
-        united = united.unionByName(frame)
-    return united
+        return union_all(branches)
 
 
 def _container_blocks(spark: SparkSession, paths: list[str]) -> dict[str, str | None]:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder, union_all
 from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.common.values import failed_conversions, text_image
 from airflow_cdc_provider.formats.dts_avro.records import (
@@ -76,7 +76,7 @@ class DtsAvroDecoder(Decoder):
             payloads.append(_json_line_messages(spark, json_files))
         if binary_paths:
             payloads.append(_binary_file_messages(spark, binary_paths))
-        return _canonical_decoded(_union(payloads).mapInArrow(decode_batches, DECODED_DDL))
+        return _canonical_decoded(union_all(payloads).mapInArrow(decode_batches, DECODED_DDL))
 
 
 # ---------------------------------------------------------------- driver: which layout per file
@@ -217,10 +217,3 @@ def _canonical_decoded(decoded: DataFrame) -> DataFrame:
             raw=E.col("raw"),
         )
     )
-
-
-def _union(parts: list[DataFrame]) -> DataFrame:
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
