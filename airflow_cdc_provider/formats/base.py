@@ -77,11 +77,3 @@ class Decoder(ABC):
         messages, one row per table version, to type by literal types); nothing the size of the
         landing may reach the driver. The engine calls this where a damaged file is caught.
         """
-
-
-def union_all(frames: list[DataFrame]) -> DataFrame:
-    """The rows of every frame of ``frames`` (at least one), columns matched by name."""
-    united = frames[0]
-    for frame in frames[1:]:
-        united = united.unionByName(frame)
-    return united

@@ -355,10 +355,15 @@ def read_records(spark: SparkSession, files: list[LandedFile]) -> DataFrame:
         parts.append(_split_file_records(spark, split))
     if damaged:
         parts.append(_salvaged_records(spark, damaged))
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
+    return union_all(parts)
+
+
+def union_all(frames: list[DataFrame]) -> DataFrame:
+    """The rows of every frame of ``frames`` (at least one), columns matched by name."""
+    united = frames[0]
+    for frame in frames[1:]:
+        united = united.unionByName(frame)
+    return united
 
 
 def first_records(spark: SparkSession, files: list[LandedFile], per_split: int) -> DataFrame:

@@ -36,10 +36,10 @@ from airflow_cdc_provider.formats.aws_dms.s3_csv import csv_rows
 from airflow_cdc_provider.formats.aws_dms.s3_parquet import parquet_rows
 from airflow_cdc_provider.formats.aws_dms.s3_rows import ROW_COLUMNS, tabular_events
 from airflow_cdc_provider.formats.aws_dms.stream_json import json_events
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder, union_all
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.common.tabular import KIND_CSV, KIND_JSON, KIND_PARQUET, landing_kind
 from airflow_cdc_provider.formats.events import CANONICAL_EVENT_SCHEMA
-from airflow_cdc_provider.spark.reader import LandedFile
+from airflow_cdc_provider.spark.reader import LandedFile, union_all
 
 
 class AwsDmsDecoder(Decoder):
@@ -83,7 +83,4 @@ def _s3_events(
         tabular.extend(parquet_rows(spark, by_kind[KIND_PARQUET], catalog))
     if not tabular:
         return None
-    rows = tabular[0].select(*ROW_COLUMNS)
-    for part in tabular[1:]:
-        rows = rows.unionByName(part.select(*ROW_COLUMNS))
-    return tabular_events(rows)
+    return tabular_events(union_all([part.select(*ROW_COLUMNS) for part in tabular]))

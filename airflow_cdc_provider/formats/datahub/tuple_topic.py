@@ -63,7 +63,7 @@ from airflow_cdc_provider.formats.events import (
     dotted_table,
 )
 from airflow_cdc_provider.spark import sqlexpr as E
-from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column, read_records
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column, read_records, union_all
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 # A CSV line whose fields do not line up with its file's header.
@@ -131,10 +131,7 @@ class DatahubTupleDecoder(Decoder):
         if by_kind[KIND_CSV]:
             parts.append(_csv_rows(spark, by_kind[KIND_CSV]))
         parts.extend(_parquet_rows(spark, by_kind[KIND_PARQUET]))
-        rows = parts[0].select(*_ROW_COLUMNS)
-        for part in parts[1:]:
-            rows = rows.union(part.select(*_ROW_COLUMNS))
-        return _events(rows, options)
+        return _events(union_all([part.select(*_ROW_COLUMNS) for part in parts]), options)
 
 
 # ---------------------------------------------------------------------------------------------

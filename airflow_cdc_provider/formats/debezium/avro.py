@@ -38,7 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder, union_all
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.common.jsonlines import CORRUPT, diagnose
 from airflow_cdc_provider.formats.common.kafka_connect import DECIMAL_NAME
 from airflow_cdc_provider.formats.common.tabular import (
@@ -69,7 +69,7 @@ from airflow_cdc_provider.formats.debezium.envelope import (
 from airflow_cdc_provider.formats.events import Q_BAD_AVRO, Q_BAD_PARQUET
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.filesystem import JobFileSystem
-from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column, union_all
 from airflow_cdc_provider.spark.sqlexpr import Expr
 
 AVRO_SCHEMA_KEY = "parquet.avro.schema"  # where parquet-avro writers keep the Avro schema

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import MapType, StringType, StructField, StructType, VariantType
 
-from airflow_cdc_provider.formats.base import DecodeOptions, Decoder, union_all
+from airflow_cdc_provider.formats.base import DecodeOptions, Decoder
 from airflow_cdc_provider.formats.common.jsonlines import parse_json_records
 from airflow_cdc_provider.formats.common.values import failed_conversions, text_image
 from airflow_cdc_provider.formats.dts_avro.records import (
@@ -46,7 +46,7 @@ from airflow_cdc_provider.formats.events import (
 )
 from airflow_cdc_provider.spark import sqlexpr as E
 from airflow_cdc_provider.spark.filesystem import job_filesystem
-from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column
+from airflow_cdc_provider.spark.reader import LandedFile, landed_file_column, union_all
 
 _HEAD_BYTES = 64
 _TEXT_SUFFIXES = (".json", ".jsonl", ".ndjson", ".txt")
