@@ -140,8 +140,6 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_
     skipped = {SKIPPED_PARTITION: after_as_of}
     if not spec.writes_state:
         return Input(None, listed, skipped, None, None, kept=False)
-    # The events are decoded here, before the fold sizes its shuffles: size the reads first.
-    size_shuffles(spark, listed)
     state, why_full = read_base_state(spark, spec.base) if spec.base else (None, None)
     if state is not None:
         why_full = _base_mismatch(spec, state)
@@ -149,6 +147,7 @@ def read_input(spark: SparkSession, spec: SnapshotSpec, decode: Decode, partial_
         covered = [f for f in listed if state.covers(f)]
         fresh = [f for f in listed if f not in covered]
         progress.phase("decoding", files=fresh)
+        size_shuffles(spark, fresh)  # decoded here, before the fold sizes its shuffles
         events, fresh = (
             checkpoint_salvaging(spark, fresh, lambda files: decode(files, covered))
             if fresh
@@ -197,6 +196,7 @@ def read_all(
     if why_full is not None:
         log.warning("incremental run from %s falls back to a full rebuild: %s", spec.base, why_full)
     progress.phase("decoding", files=listed)
+    size_shuffles(spark, listed)  # decoded here, before the fold sizes its shuffles
     events, files = checkpoint_salvaging(spark, listed, decode)
     incremental = (
         {

@@ -25,13 +25,17 @@ _SIZED = (
 )
 
 
-@pytest.mark.parametrize("options", [{}, {"keep_state": True}], ids=["rebuild", "keeping-state"])
+@pytest.mark.parametrize(
+    "options", [{}, {"keep_state": True}, {"history": True}], ids=["rebuild", "keeping-state", "history"]
+)
 def test_a_landing_of_many_files_is_listed_in_two_tasks_per_core(spark, tmp_path, options):
     """Spark lists more than 32 paths in a Spark job of its own, one task per path by default; the
     run asks for two per core (the suite's session has two cores), and still reads every file. A
-    run that keeps state decodes its events before the fold: it sizes its reads before that."""
+    run that keeps its events (state, a history) decodes them before the fold: it sizes its reads
+    before that."""
     from tests.conftest import debezium_specs, write_jsonl
 
+    from airflow_cdc_provider.replay.runs.history import run_history
     from airflow_cdc_provider.replay.runs.snapshot import run_snapshot
 
     for key in _SIZED:  # as a new process starts: no sizing left by an earlier run of this session
@@ -46,7 +50,7 @@ def test_a_landing_of_many_files_is_listed_in_two_tasks_per_core(spark, tmp_path
     context.setJobGroup(group, group)
     try:
         (spec,) = debezium_specs(tmp_path / "in", tmp_path / "out", 10_000, **options)
-        metrics = run_snapshot(spark, spec)
+        metrics = (run_history if options.get("history") else run_snapshot)(spark, spec)
     finally:
         context._jsc.clearJobGroup()
     assert metrics["rows"] == 40
